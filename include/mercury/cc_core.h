@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Mercury congestion-control core.
+ *
+ * The arithmetic of the algorithm as pure functions over plain integers: no
+ * kernel structures, no allocation, no locks, no floating point, loops bounded
+ * by constants. The kernel module (kmod/tcp_mercury.c), an eBPF struct_ops
+ * variant and the user-space unit tests compile this same file, so the
+ * datapaths cannot drift apart.
+ *
+ * The model, per flow:
+ *  - Loss-based base: slow start, then additive increase of weight/UNIT
+ *    packets per RTT; on loss the window shrinks like Reno, and less for
+ *    heavier flows (MulTCP: a weight-N flow backs off by 1/(2N)), so weights
+ *    set the split within a rank under loss, not just the growth.
+ *  - Precedence: while a more urgent rank was active on this host within the
+ *    hold window (about an RTT), the flow is *held*: its cwnd is clamped to a
+ *    small floor that keeps the ACK clock alive; the window it had is restored
+ *    at once when the urgent rank goes quiet.
+ *  - No starvation: a flow held for max_hold is let go for max_hold/8, so a
+ *    held flow always gets some share.
+ *  - Across hosts: ranked flows other than rank 0 yield to queueing delay
+ *    (TCP-LP style): when an RTT sample exceeds the base RTT by a threshold
+ *    (smaller for less urgent ranks) the window halves, at most once an RTT.
+ */
+#ifndef MERCURY_CC_CORE_H
+#define MERCURY_CC_CORE_H
+
+#ifndef __bpf__
+#include <linux/types.h>
+#endif
+#include "uapi.h"
+
+/* The window a flow is sent with, in packets, plus the AI accumulator. */
+struct mercury_window {
+	__u32 cwnd;	/* packets */
+	__u32 ssthresh;	/* packets */
+	__u32 cnt;	/* acked packets * weight, toward the next +1 */
+};
+
+/*
+ * Slow start up to ssthresh, then additive increase of weight/UNIT packets
+ * per window's worth of ACKs. Never exceeds @clamp.
+ */
+static inline void mercury_increase(struct mercury_window *w, __u32 acked,
+				    __u32 weight, __u32 clamp)
+{
+	__u32 step;
+
+	if (w->cwnd < w->ssthresh) {
+		__u32 room = w->ssthresh - w->cwnd;
+		__u32 inc = acked < room ? acked : room;
+
+		w->cwnd += inc;
+		acked -= inc;
+	}
+	if (acked) {
+		step = (w->cwnd ? w->cwnd : 1) * MERCURY_WEIGHT_UNIT;
+		/* A flow idle in CA for long cannot wrap the accumulator. */
+		if (w->cnt >= step)
+			w->cnt = step - 1;
+		w->cnt += acked * weight;
+		if (w->cnt >= step) {
+			w->cwnd += w->cnt / step;
+			w->cnt %= step;
+		}
+	}
+	if (w->cwnd > clamp)
+		w->cwnd = clamp;
+}
+
+/* ssthresh after a loss: Reno's half for weight <= UNIT, 1/(2N) for N units. */
+static inline __u32 mercury_ssthresh_after_loss(__u32 cwnd, __u32 weight)
+{
+	__u32 units = weight > MERCURY_WEIGHT_UNIT ? weight : MERCURY_WEIGHT_UNIT;
+	__u32 cut = (__u32)(((__u64)cwnd * MERCURY_WEIGHT_UNIT) / (2 * units));
+	__u32 ss = cwnd - cut;
+
+	return ss > 2 ? ss : 2;
+}
+
+/* How long an urgent rank's last activity keeps others held: about an RTT. */
+#define MERCURY_HOLD_WINDOW_MIN_US	1000
+#define MERCURY_HOLD_WINDOW_MAX_US	200000
+
+static inline __u32 mercury_hold_window_us(__u32 srtt_us)
+{
+	__u32 w = srtt_us * 2;
+
+	if (w < MERCURY_HOLD_WINDOW_MIN_US)
+		return MERCURY_HOLD_WINDOW_MIN_US;
+	if (w > MERCURY_HOLD_WINDOW_MAX_US)
+		return MERCURY_HOLD_WINDOW_MAX_US;
+	return w;
+}
+
+/*
+ * True if a rank more urgent than @rank was active within @window_us of
+ * @now_us. @last_active_us[r] is when rank r last had data outstanding
+ * (0: never). Unranked flows are never preempted.
+ */
+static inline int mercury_preempted(const __u64 *last_active_us, __u32 rank,
+				    __u64 now_us, __u32 window_us)
+{
+	__u32 r;
+
+	if (rank >= MERCURY_NUM_RANKS)
+		return 0;
+	for (r = 0; r < MERCURY_NUM_RANKS; r++) {
+		__u64 t;
+
+		if (r >= rank)
+			break;
+		t = last_active_us[r];
+		if (t && now_us >= t && now_us - t < window_us)
+			return 1;
+		/* A stamp slightly ahead of our clock is fresh, too. */
+		if (t > now_us)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * Starvation guard. A flow held continuously since @held_since_us gets a
+ * grace period of max_hold/8 after every max_hold of holding. True while the
+ * flow is inside a grace period and must not be held.
+ */
+static inline int mercury_in_grace(__u64 held_since_us, __u64 now_us,
+				   __u32 max_hold_ms)
+{
+	__u32 hold_us = max_hold_ms * 1000;	/* <= 60 s: fits */
+	__u32 period_us = hold_us + hold_us / 8;
+	__u64 d;
+	__u32 elapsed;
+
+	if (!max_hold_ms || now_us <= held_since_us)
+		return 0;
+	/* 32-bit modulo keeps this BPF- and 32-bit-kernel-friendly. */
+	d = now_us - held_since_us;
+	elapsed = d > 0xffffffffULL ? 0xffffffffU : (__u32)d;
+	return elapsed % period_us >= hold_us;
+}
+
+/* Delay over the base RTT a flow of @rank tolerates; 0: never yields. */
+static inline __u32 mercury_delay_threshold_us(__u32 rank, __u32 thresh_us)
+{
+	if (rank == 0 || rank >= MERCURY_NUM_RANKS || !thresh_us)
+		return 0;
+	return thresh_us * (MERCURY_NUM_RANKS - rank) / (MERCURY_NUM_RANKS - 1);
+}
+
+static inline int mercury_should_yield(__u32 rank, __u32 rtt_us,
+				       __u32 base_rtt_us, __u32 thresh_us)
+{
+	__u32 thr = mercury_delay_threshold_us(rank, thresh_us);
+
+	return thr && base_rtt_us && rtt_us > base_rtt_us + thr;
+}
+
+/* Yield to queueing delay: halve, but never below the floor. */
+static inline void mercury_yield(struct mercury_window *w, __u32 floor)
+{
+	__u32 half = w->cwnd / 2;
+
+	w->cwnd = half > floor ? half : floor;
+	w->ssthresh = w->cwnd;
+	w->cnt = 0;
+}
+
+/* Enter held: remember the window to come back to, clamp to the floor. */
+static inline void mercury_hold(struct mercury_window *w, __u32 *saved_cwnd,
+				__u32 floor)
+{
+	*saved_cwnd = w->cwnd;
+	if (w->cwnd > floor)
+		w->cwnd = floor;
+	w->cnt = 0;
+}
+
+/* Leave held: take back at once what the flow had before. */
+static inline void mercury_unhold(struct mercury_window *w, __u32 saved_cwnd)
+{
+	if (saved_cwnd > w->cwnd)
+		w->cwnd = saved_cwnd;
+}
+
+/*
+ * Defence against a window the CC did not set (seen with BPF CCs: recovery
+ * entered without ssthresh() having run). Returns 1 if anything was fixed.
+ */
+static inline int mercury_sanitize(struct mercury_window *w, __u32 clamp)
+{
+	int fixed = 0;
+
+	if (!clamp)
+		clamp = 1;
+	if (w->cwnd == 0 || w->cwnd > clamp) {
+		w->cwnd = w->cwnd ? clamp : 2;
+		fixed = 1;
+	}
+	if (w->ssthresh == 0) {
+		w->ssthresh = 2;
+		fixed = 1;
+	}
+	return fixed;
+}
+
+#endif /* MERCURY_CC_CORE_H */

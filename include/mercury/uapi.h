@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * Mercury: the contract between tcp_mercury.ko and user space (mercuryd,
+ * mercuryctl, tests). One definition, included by both sides.
+ *
+ * Generic netlink family MERCURY_GENL_NAME, version MERCURY_GENL_VERSION.
+ * Every netns has its own table of entries and its own parameters; requests
+ * act on the caller's netns. Mutating commands need CAP_NET_ADMIN in the
+ * user namespace owning that netns (-EPERM otherwise).
+ *
+ * An entry maps a *tag* (a socket's SO_PRIORITY) or a *flow* (socket cookie,
+ * or local/remote address and port) to a rank and a weight:
+ *   rank   0 .. MERCURY_NUM_RANKS - 1; lower is more urgent. While a flow of
+ *          rank r has data in flight on a host, flows of rank > r on that
+ *          host hold their cwnd at the floor.
+ *   weight MERCURY_WEIGHT_MIN .. MERCURY_WEIGHT_MAX; share within a rank,
+ *          MERCURY_WEIGHT_UNIT being one standard Reno flow's worth.
+ * A flow entry beats a tag entry. A flow matching neither is *unranked* and
+ * behaves as a plain fair loss-based flow. Entries expire TTL_MS after they
+ * were last set unless set again.
+ */
+#ifndef _UAPI_MERCURY_H
+#define _UAPI_MERCURY_H
+
+#define MERCURY_GENL_NAME	"mercury"
+#define MERCURY_GENL_VERSION	1
+#define MERCURY_CA_NAME		"mercury"
+
+#define MERCURY_NUM_RANKS	8
+#define MERCURY_RANK_NONE	0xff	/* reported for unranked flows */
+#define MERCURY_WEIGHT_UNIT	16
+#define MERCURY_WEIGHT_MIN	1
+#define MERCURY_WEIGHT_MAX	1024
+#define MERCURY_TTL_MS_MIN	100
+#define MERCURY_TTL_MS_MAX	3600000
+
+enum mercury_cmd {
+	MERCURY_CMD_UNSPEC,
+	MERCURY_CMD_TAG_SET,	/* TAG, RANK, [WEIGHT], [TTL_MS] */
+	MERCURY_CMD_TAG_DEL,	/* TAG; -ENOENT if absent */
+	MERCURY_CMD_TAG_GET,	/* dump: TAG, RANK, WEIGHT, EXPIRES_MS */
+	MERCURY_CMD_FLOW_SET,	/* FLOW, RANK, [WEIGHT], [TTL_MS] */
+	MERCURY_CMD_FLOW_DEL,	/* FLOW; -ENOENT if absent */
+	MERCURY_CMD_FLOW_GET,	/* dump: FLOW, RANK, WEIGHT, EXPIRES_MS */
+	MERCURY_CMD_FLUSH,	/* drop every entry of this netns */
+	MERCURY_CMD_PARAMS_GET,	/* reply: PARAMS */
+	MERCURY_CMD_PARAMS_SET,	/* PARAMS (any subset; all or nothing) */
+	MERCURY_CMD_STATS_GET,	/* reply: STATS */
+
+	__MERCURY_CMD_MAX,
+	MERCURY_CMD_MAX = __MERCURY_CMD_MAX - 1
+};
+
+enum mercury_attr {
+	MERCURY_ATTR_UNSPEC,
+	MERCURY_ATTR_PAD,
+	MERCURY_ATTR_TAG,		/* u32: SO_PRIORITY value */
+	MERCURY_ATTR_RANK,		/* u8 */
+	MERCURY_ATTR_WEIGHT,		/* u16 */
+	MERCURY_ATTR_TTL_MS,		/* u32 */
+	MERCURY_ATTR_EXPIRES_MS,	/* u32, replies only: time left */
+	MERCURY_ATTR_FLOW,		/* nest: enum mercury_flow_attr */
+	MERCURY_ATTR_PARAMS,		/* nest: enum mercury_param */
+	MERCURY_ATTR_STATS,		/* nest, replies only: enum mercury_stat */
+
+	__MERCURY_ATTR_MAX,
+	MERCURY_ATTR_MAX = __MERCURY_ATTR_MAX - 1
+};
+
+/*
+ * A flow is named either by COOKIE alone (getsockopt(SO_COOKIE) of the local
+ * socket) or by all of FAMILY, SADDR, DADDR, SPORT, DPORT as the local socket
+ * sees them (SADDR/SPORT local). IPv4 addresses are 4 bytes, IPv6 16.
+ */
+enum mercury_flow_attr {
+	MERCURY_FLOW_ATTR_UNSPEC,
+	MERCURY_FLOW_ATTR_PAD,
+	MERCURY_FLOW_ATTR_COOKIE,	/* u64 */
+	MERCURY_FLOW_ATTR_FAMILY,	/* u8: AF_INET or AF_INET6 */
+	MERCURY_FLOW_ATTR_SADDR,	/* binary, 4 or 16 bytes */
+	MERCURY_FLOW_ATTR_DADDR,	/* binary, 4 or 16 bytes */
+	MERCURY_FLOW_ATTR_SPORT,	/* u16, host order */
+	MERCURY_FLOW_ATTR_DPORT,	/* u16, host order */
+
+	__MERCURY_FLOW_ATTR_MAX,
+	MERCURY_FLOW_ATTR_MAX = __MERCURY_FLOW_ATTR_MAX - 1
+};
+
+/* Per-netns parameters; new namespaces start from the module parameters. */
+enum mercury_param {
+	MERCURY_PARAM_UNSPEC,
+	MERCURY_PARAM_CWND_FLOOR,	/* u32, packets a held flow keeps */
+	MERCURY_PARAM_DELAY_THRESH_US,	/* u32, 0 = no delay-based yielding */
+	MERCURY_PARAM_ENTRY_TTL_MS,	/* u32, default entry lifetime */
+	MERCURY_PARAM_MAX_ENTRIES,	/* u32, table size limit */
+	MERCURY_PARAM_MAX_HOLD_MS,	/* u32, longest continuous hold */
+	MERCURY_PARAM_DEBUG,		/* u8, 0 or 1 */
+
+	__MERCURY_PARAM_MAX,
+	MERCURY_PARAM_MAX = __MERCURY_PARAM_MAX - 1
+};
+
+#define MERCURY_CWND_FLOOR_MIN		1
+#define MERCURY_CWND_FLOOR_MAX		64
+#define MERCURY_DELAY_THRESH_US_MAX	1000000
+#define MERCURY_MAX_ENTRIES_MIN		1
+#define MERCURY_MAX_ENTRIES_MAX		65536
+#define MERCURY_MAX_HOLD_MS_MIN		10
+#define MERCURY_MAX_HOLD_MS_MAX		60000
+
+/* Counters of this netns (u64) unless marked global. */
+enum mercury_stat {
+	MERCURY_STAT_UNSPEC,
+	MERCURY_STAT_PAD,
+	MERCURY_STAT_FLOWS_INIT,	/* flows that started using mercury */
+	MERCURY_STAT_FLOWS_RELEASED,	/* flows that stopped using it */
+	MERCURY_STAT_HOLDS,		/* transitions into held */
+	MERCURY_STAT_RELEASES,		/* transitions out of held */
+	MERCURY_STAT_STARVE_GRANTS,	/* holds lifted by the starvation guard */
+	MERCURY_STAT_DELAY_BACKOFFS,	/* delay-based yields */
+	MERCURY_STAT_LOSS_EVENTS,	/* ssthresh() calls: recovery, loss, CWR */
+	MERCURY_STAT_CWND_FIXUPS,	/* implausible cwnd/ssthresh repaired */
+	MERCURY_STAT_TAG_ENTRIES,	/* tag entries now in the table */
+	MERCURY_STAT_FLOW_ENTRIES,	/* flow entries now in the table */
+	MERCURY_STAT_EXPIRED,		/* entries removed by expiry */
+	MERCURY_STAT_TABLE_GEN,		/* bumped by every table change */
+	MERCURY_STAT_GLOBAL_ENTRIES,	/* global: entries in all netns */
+
+	__MERCURY_STAT_MAX,
+	MERCURY_STAT_MAX = __MERCURY_STAT_MAX - 1
+};
+
+/*
+ * get_info (ss -ti, TCP_CC_INFO) reuses the DCTCP layout, struct
+ * tcp_dctcp_info, so existing tools print it; ss shows it as
+ * "dctcp:(ce_state:S,alpha:W,ab_ecn:T,ab_tot:H)" with:
+ *   dctcp_enabled  always 1
+ *   dctcp_ce_state rank (MERCURY_RANK_NONE if unranked) | MERCURY_INFO_HELD
+ *   dctcp_alpha    weight
+ *   dctcp_ab_ecn   tag (the socket's SO_PRIORITY)
+ *   dctcp_ab_tot   number of times the flow was held
+ */
+#define MERCURY_INFO_HELD	0x100
+
+#endif /* _UAPI_MERCURY_H */

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * tcp_mercury.ko internals shared by the congestion-control hooks
+ * (mercury_cc.c), the per-netns table (mercury_table.c) and the generic
+ * netlink family (mercury_netlink.c).
+ */
+#ifndef _TCP_MERCURY_H
+#define _TCP_MERCURY_H
+
+#include <linux/hashtable.h>
+#include <linux/in6.h>
+#include <linux/spinlock.h>
+#include <linux/workqueue.h>
+#include <net/net_namespace.h>
+
+#include "../include/mercury/uapi.h"
+
+/* Parameters, per netns; new netns copy the module parameters. */
+struct mercury_params {
+	u32 cwnd_floor;		/* packets */
+	u32 delay_thresh_us;	/* us over base RTT; 0 disables yielding */
+	u32 entry_ttl_ms;	/* default entry lifetime */
+	u32 max_entries;	/* entries per netns */
+	u32 max_hold_ms;	/* longest continuous hold */
+	u32 debug;		/* 0 or 1: log hold/release transitions */
+};
+
+extern struct mercury_params mercury_defaults;
+
+/* What an entry is keyed by. Zero-filled before use: compared by memcmp. */
+enum mercury_key_kind {
+	MERCURY_KEY_TAG = 1,
+	MERCURY_KEY_COOKIE,
+	MERCURY_KEY_TUPLE,
+};
+
+struct mercury_key {
+	u32 tag;
+	u16 sport;		/* host order */
+	u16 dport;		/* host order */
+	u8 kind;		/* enum mercury_key_kind */
+	u8 family;		/* AF_INET or AF_INET6, tuples only */
+	u8 pad[6];
+	u64 cookie;
+	struct in6_addr saddr;	/* IPv4 stored v4-mapped */
+	struct in6_addr daddr;
+};
+
+struct mercury_entry {
+	struct hlist_node node;
+	struct rcu_head rcu;
+	struct mercury_key key;
+	unsigned long expires;	/* jiffies */
+	u16 weight;
+	u8 rank;
+};
+
+/* What a flow resolved its priority to. */
+struct mercury_prio {
+	unsigned long expires;	/* jiffies; meaningful if found */
+	u16 weight;
+	u8 rank;		/* MERCURY_RANK_NONE if not found */
+	bool found;
+};
+
+enum mercury_counter {
+	MERCURY_CNT_FLOWS_INIT,
+	MERCURY_CNT_FLOWS_RELEASED,
+	MERCURY_CNT_HOLDS,
+	MERCURY_CNT_RELEASES,
+	MERCURY_CNT_STARVE_GRANTS,
+	MERCURY_CNT_DELAY_BACKOFFS,
+	MERCURY_CNT_LOSS_EVENTS,
+	MERCURY_CNT_CWND_FIXUPS,
+	MERCURY_CNT_EXPIRED,
+	MERCURY_CNT_MAX
+};
+
+#define MERCURY_HASH_BITS	10
+
+struct mercury_net {
+	struct mercury_params params;
+	u32 gen;				/* bumped on every table change */
+	u64 last_active_us[MERCURY_NUM_RANKS];	/* tcp_clock_us() */
+	atomic64_t counters[MERCURY_CNT_MAX];
+
+	spinlock_t lock;			/* writers of the table below */
+	DECLARE_HASHTABLE(entries, MERCURY_HASH_BITS);	/* RCU readers */
+	u32 n_tags;
+	u32 n_flows;
+	struct delayed_work gc;
+};
+
+struct mercury_net *mercury_pernet(const struct net *net);
+
+static inline void mercury_count(struct mercury_net *mn,
+				 enum mercury_counter c)
+{
+	atomic64_inc(&mn->counters[c]);
+}
+
+/* mercury_table.c */
+int mercury_table_init(void);
+void mercury_table_exit(void);
+void mercury_lookup(struct mercury_net *mn, const struct sock *sk,
+		    struct mercury_prio *prio);
+int mercury_entry_set(struct mercury_net *mn, const struct mercury_key *key,
+		      u8 rank, u16 weight, u32 ttl_ms,
+		      struct netlink_ext_ack *extack);
+int mercury_entry_del(struct mercury_net *mn, const struct mercury_key *key);
+void mercury_flush(struct mercury_net *mn);
+long mercury_global_entries(void);
+
+/* mercury_netlink.c */
+int mercury_netlink_init(void);
+void mercury_netlink_exit(void);
+
+#endif /* _TCP_MERCURY_H */

@@ -1,0 +1,384 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * TCP Mercury: transport-layer priority scheduling for distributed training.
+ *
+ * Data-parallel training sends gradients back to front and needs parameters
+ * front to back. Mercury lets the bytes the next forward pass needs first go
+ * first: each flow gets a rank (strict precedence, lower is more urgent) and
+ * a weight (share within a rank), from its SO_PRIORITY tag or a per-flow
+ * entry that the agent (mercuryd) pushes over generic netlink.
+ *
+ * On one host, a flow whose rank is less urgent than one that has data in
+ * flight holds its cwnd at a small floor that keeps its ACK clock, and gets
+ * the window it had back within about an RTT of the urgent rank going quiet.
+ * Holding by cwnd (not by AIMD weights) is what works when the sender's own
+ * NIC is the bottleneck: TCP Small Queues then keep losses rare and loss-
+ * driven weighting does nothing. Across hosts, less urgent ranks yield to
+ * queueing delay (TCP-LP style), so urgent flows from other hosts win an
+ * incast bottleneck. A held flow is let go for max_hold/8 after every
+ * max_hold, so nothing starves; entries the agent stops refreshing expire
+ * and the flow falls back to plain fair behaviour. Unranked flows behave as
+ * Reno.
+ *
+ * The arithmetic lives in include/mercury/cc_core.h, shared with the eBPF
+ * variant and unit tests; this file is the glue to struct tcp_sock.
+ */
+
+#include <linux/module.h>
+#include <linux/inet_diag.h>
+#include <net/genetlink.h>
+#include <net/tcp.h>
+
+#include "../include/mercury/cc_core.h"
+#include "mercury.h"
+
+#define MERCURY_F_INIT		0x01	/* init() ran (or we did it lazily) */
+#define MERCURY_F_HELD		0x02	/* cwnd clamped to the floor */
+#define MERCURY_F_FOUND		0x04	/* priority came from an entry */
+
+/* Per-flow state; lives in icsk_ca_priv. */
+struct mercury_sock {
+	u64 held_since_us;	/* tcp_mstamp when the current hold began */
+	u32 table_gen;		/* mn->gen the priority was resolved at */
+	u32 tag;		/* sk_priority the priority was resolved for */
+	unsigned long expires;	/* jiffies: entry lifetime, if FOUND */
+	u32 saved_cwnd;		/* packets: cwnd before the hold */
+	u32 cnt;		/* weighted-AI accumulator */
+	u32 last_backoff_us;	/* low 32 bits of tcp_mstamp at last yield */
+	u32 holds;		/* times held */
+	u16 weight;		/* MERCURY_WEIGHT_UNIT = one Reno flow */
+	u8 rank;		/* MERCURY_RANK_NONE = unranked */
+	u8 flags;		/* MERCURY_F_* */
+};
+
+struct mercury_params mercury_defaults = {
+	.cwnd_floor = 2,
+	.delay_thresh_us = 1000,
+	.entry_ttl_ms = 10000,
+	.max_entries = 4096,
+	.max_hold_ms = 1000,
+	.debug = 0,
+};
+
+/* Module parameters: defaults for new netns; range-checked at load. */
+#define MERCURY_PARAM(field, lo, hi, desc)					\
+static int mercury_set_##field(const char *val, const struct kernel_param *kp) \
+{										\
+	return param_set_uint_minmax(val, kp, lo, hi);				\
+}										\
+static const struct kernel_param_ops mercury_ops_##field = {			\
+	.set = mercury_set_##field,						\
+	.get = param_get_uint,							\
+};										\
+module_param_cb(field, &mercury_ops_##field, &mercury_defaults.field, 0444); \
+MODULE_PARM_DESC(field, desc " [" #lo ".." #hi "]")
+
+MERCURY_PARAM(cwnd_floor, 1, 64,
+	      "packets a held (preempted) flow keeps in flight (default 2)");
+MERCURY_PARAM(delay_thresh_us, 0, 1000000,
+	      "queueing delay (us over base RTT) at which rank-1 flows yield; less urgent ranks yield earlier; 0 disables (default 1000)");
+MERCURY_PARAM(entry_ttl_ms, 100, 3600000,
+	      "lifetime of a table entry not set again (default 10000)");
+MERCURY_PARAM(max_entries, 1, 65536,
+	      "table entries per network namespace (default 4096)");
+MERCURY_PARAM(max_hold_ms, 10, 60000,
+	      "longest continuous hold; then the flow is let go for max_hold/8 (default 1000)");
+MERCURY_PARAM(debug, 0, 1, "log hold/release transitions (default 0)");
+
+static struct mercury_net *mercury_net_of(const struct sock *sk)
+{
+	return mercury_pernet(sock_net(sk));
+}
+
+static void mercury_refresh_prio(struct sock *sk, struct mercury_sock *ca,
+				 struct mercury_net *mn)
+{
+	u32 gen = READ_ONCE(mn->gen);
+	u32 tag = READ_ONCE(sk->sk_priority);
+	struct mercury_prio prio;
+
+	if (ca->table_gen == gen && ca->tag == tag &&
+	    (!(ca->flags & MERCURY_F_FOUND) || time_before(jiffies, ca->expires)))
+		return;
+
+	mercury_lookup(mn, sk, &prio);
+	ca->table_gen = gen;
+	ca->tag = tag;
+	ca->rank = prio.rank;
+	ca->weight = prio.weight;
+	ca->expires = prio.expires;
+	if (prio.found)
+		ca->flags |= MERCURY_F_FOUND;
+	else
+		ca->flags &= ~MERCURY_F_FOUND;
+}
+
+static void mercury_init(struct sock *sk)
+{
+	struct mercury_sock *ca = inet_csk_ca(sk);
+	struct mercury_net *mn = mercury_net_of(sk);
+
+	/* A lazy init from an early ACK hook may have run already. */
+	if (ca->flags & MERCURY_F_INIT)
+		return;
+	memset(ca, 0, sizeof(*ca));
+	ca->flags = MERCURY_F_INIT;
+	ca->table_gen = READ_ONCE(mn->gen) - 1;	/* force a lookup */
+	mercury_refresh_prio(sk, ca, mn);
+	mercury_count(mn, MERCURY_CNT_FLOWS_INIT);
+}
+
+/* Hooks can run before init() (passive open); make state valid first. */
+static struct mercury_sock *mercury_ca(struct sock *sk)
+{
+	struct mercury_sock *ca = inet_csk_ca(sk);
+
+	if (unlikely(!(ca->flags & MERCURY_F_INIT)))
+		mercury_init(sk);
+	return ca;
+}
+
+static void mercury_release(struct sock *sk)
+{
+	struct mercury_sock *ca = inet_csk_ca(sk);
+
+	/* release() also runs on sockets whose init() never did. */
+	if (ca->flags & MERCURY_F_INIT)
+		mercury_count(mercury_net_of(sk), MERCURY_CNT_FLOWS_RELEASED);
+}
+
+static void mercury_load(const struct tcp_sock *tp,
+			 const struct mercury_sock *ca,
+			 struct mercury_window *w)
+{
+	w->cwnd = tcp_snd_cwnd(tp);
+	w->ssthresh = tp->snd_ssthresh;
+	w->cnt = ca->cnt;
+}
+
+static void mercury_store(struct tcp_sock *tp, struct mercury_sock *ca,
+			  const struct mercury_window *w)
+{
+	tcp_snd_cwnd_set(tp, w->cwnd);
+	tp->snd_ssthresh = w->ssthresh;
+	ca->cnt = w->cnt;
+}
+
+/* Note that this flow's rank has data outstanding right now. */
+static void mercury_mark_active(struct sock *sk, struct mercury_sock *ca,
+				struct mercury_net *mn, u64 now_us)
+{
+	u64 *stamp;
+
+	if (ca->rank >= MERCURY_NUM_RANKS)
+		return;
+	stamp = &mn->last_active_us[ca->rank];
+	/* Shared by all flows of the rank: write rarely to spare the cache line. */
+	if (now_us - READ_ONCE(*stamp) >= 100)
+		WRITE_ONCE(*stamp, now_us);
+}
+
+static bool mercury_has_data(const struct sock *sk)
+{
+	return tcp_sk(sk)->packets_out || !tcp_write_queue_empty(sk);
+}
+
+static void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
+				struct mercury_net *mn, u64 now_us)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	u32 floor = READ_ONCE(mn->params.cwnd_floor);
+	u32 window_us = mercury_hold_window_us(tp->srtt_us >> 3);
+	bool held = ca->flags & MERCURY_F_HELD;
+	bool preempted, hold;
+	struct mercury_window w;
+
+	preempted = mercury_preempted(mn->last_active_us, ca->rank, now_us,
+				      window_us);
+	if (!preempted) {
+		ca->held_since_us = 0;
+	} else if (!ca->held_since_us) {
+		ca->held_since_us = now_us;
+	}
+	hold = preempted &&
+	       !mercury_in_grace(ca->held_since_us, now_us,
+				 READ_ONCE(mn->params.max_hold_ms));
+
+	mercury_load(tp, ca, &w);
+	if (hold && !held) {
+		mercury_hold(&w, &ca->saved_cwnd, floor);
+		ca->flags |= MERCURY_F_HELD;
+		ca->holds++;
+		mercury_count(mn, MERCURY_CNT_HOLDS);
+	} else if (hold) {
+		/* Recovery may have moved cwnd; keep it at the floor. */
+		if (w.cwnd > floor)
+			w.cwnd = floor;
+	} else if (held) {
+		mercury_unhold(&w, ca->saved_cwnd);
+		ca->flags &= ~MERCURY_F_HELD;
+		mercury_count(mn, preempted ? MERCURY_CNT_STARVE_GRANTS :
+					      MERCURY_CNT_RELEASES);
+	} else {
+		return;
+	}
+	mercury_store(tp, ca, &w);
+	if (READ_ONCE(mn->params.debug) && hold != held)
+		net_info_ratelimited("tcp_mercury: %pI4:%u rank %u %s cwnd %u\n",
+				     &sk->sk_daddr, ntohs(sk->sk_dport), ca->rank,
+				     hold ? "held" : "released", w.cwnd);
+}
+
+static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)
+{
+	struct mercury_sock *ca = mercury_ca(sk);
+	struct mercury_net *mn = mercury_net_of(sk);
+	struct tcp_sock *tp = tcp_sk(sk);
+	u64 now_us = tp->tcp_mstamp;
+	struct mercury_window w;
+
+	mercury_refresh_prio(sk, ca, mn);
+	if (ca->rank >= MERCURY_NUM_RANKS) {
+		if (ca->flags & MERCURY_F_HELD)	/* lost its rank while held */
+			mercury_update_hold(sk, ca, mn, now_us);
+		return;
+	}
+	if (mercury_has_data(sk))
+		mercury_mark_active(sk, ca, mn, now_us);
+	mercury_update_hold(sk, ca, mn, now_us);
+
+	if ((ca->flags & MERCURY_F_HELD) || sample->rtt_us <= 0)
+		return;
+	if (!mercury_should_yield(ca->rank, sample->rtt_us, tcp_min_rtt(tp),
+				  READ_ONCE(mn->params.delay_thresh_us)))
+		return;
+	/* At most once an RTT, like TCP-LP. */
+	if ((u32)now_us - ca->last_backoff_us < (tp->srtt_us >> 3))
+		return;
+	ca->last_backoff_us = (u32)now_us;
+	mercury_load(tp, ca, &w);
+	mercury_yield(&w, READ_ONCE(mn->params.cwnd_floor));
+	mercury_store(tp, ca, &w);
+	mercury_count(mn, MERCURY_CNT_DELAY_BACKOFFS);
+}
+
+static void mercury_cong_avoid(struct sock *sk, u32 ack, u32 acked)
+{
+	struct mercury_sock *ca = mercury_ca(sk);
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct mercury_window w;
+
+	if (!tcp_is_cwnd_limited(sk) || (ca->flags & MERCURY_F_HELD))
+		return;
+	mercury_load(tp, ca, &w);
+	if (mercury_sanitize(&w, tp->snd_cwnd_clamp))
+		mercury_count(mercury_net_of(sk), MERCURY_CNT_CWND_FIXUPS);
+	mercury_increase(&w, acked, ca->weight, tp->snd_cwnd_clamp);
+	mercury_store(tp, ca, &w);
+}
+
+static u32 mercury_ssthresh(struct sock *sk)
+{
+	struct mercury_sock *ca = mercury_ca(sk);
+	const struct tcp_sock *tp = tcp_sk(sk);
+
+	mercury_count(mercury_net_of(sk), MERCURY_CNT_LOSS_EVENTS);
+	return mercury_ssthresh_after_loss(tcp_snd_cwnd(tp), ca->weight);
+}
+
+static u32 mercury_undo_cwnd(struct sock *sk)
+{
+	struct mercury_sock *ca = mercury_ca(sk);
+
+	/* A held flow must not get its pre-loss window back by undo. */
+	if (ca->flags & MERCURY_F_HELD)
+		return tcp_snd_cwnd(tcp_sk(sk));
+	return tcp_reno_undo_cwnd(sk);
+}
+
+static void mercury_cwnd_event(struct sock *sk, enum tcp_ca_event ev)
+{
+	struct mercury_sock *ca;
+	struct mercury_net *mn;
+
+	if (ev != CA_EVENT_TX_START)
+		return;
+	/* Data after idle: claim precedence now, not one ACK later. */
+	ca = mercury_ca(sk);
+	mn = mercury_net_of(sk);
+	mercury_refresh_prio(sk, ca, mn);
+	mercury_mark_active(sk, ca, mn, tcp_clock_us());
+}
+
+static size_t mercury_get_info(struct sock *sk, u32 ext, int *attr,
+			       union tcp_cc_info *info)
+{
+	const struct mercury_sock *ca = inet_csk_ca(sk);
+
+	if (ext & (1 << (INET_DIAG_DCTCPINFO - 1)) ||
+	    ext & (1 << (INET_DIAG_VEGASINFO - 1))) {
+		memset(&info->dctcp, 0, sizeof(info->dctcp));
+		info->dctcp.dctcp_enabled = 1;
+		info->dctcp.dctcp_ce_state =
+			((ca->flags & MERCURY_F_INIT) ? ca->rank : MERCURY_RANK_NONE) |
+			((ca->flags & MERCURY_F_HELD) ? MERCURY_INFO_HELD : 0);
+		info->dctcp.dctcp_alpha = ca->weight;
+		info->dctcp.dctcp_ab_ecn = READ_ONCE(sk->sk_priority);
+		info->dctcp.dctcp_ab_tot = ca->holds;
+		*attr = INET_DIAG_DCTCPINFO;
+		return sizeof(info->dctcp);
+	}
+	return 0;
+}
+
+static struct tcp_congestion_ops mercury __read_mostly = {
+	.init		= mercury_init,
+	.release	= mercury_release,
+	.ssthresh	= mercury_ssthresh,
+	.cong_avoid	= mercury_cong_avoid,
+	.undo_cwnd	= mercury_undo_cwnd,
+	.cwnd_event	= mercury_cwnd_event,
+	.pkts_acked	= mercury_pkts_acked,
+	.get_info	= mercury_get_info,
+	.owner		= THIS_MODULE,
+	.name		= MERCURY_CA_NAME,
+};
+
+static int __init mercury_register(void)
+{
+	int err;
+
+	BUILD_BUG_ON(sizeof(struct mercury_sock) > ICSK_CA_PRIV_SIZE);
+
+	err = mercury_table_init();
+	if (err)
+		return err;
+	err = mercury_netlink_init();
+	if (err)
+		goto err_table;
+	err = tcp_register_congestion_control(&mercury);
+	if (err)
+		goto err_netlink;
+	return 0;
+
+err_netlink:
+	mercury_netlink_exit();
+err_table:
+	mercury_table_exit();
+	return err;
+}
+
+static void __exit mercury_unregister(void)
+{
+	tcp_unregister_congestion_control(&mercury);
+	mercury_netlink_exit();
+	mercury_table_exit();
+}
+
+module_init(mercury_register);
+module_exit(mercury_unregister);
+
+MODULE_AUTHOR("The Mercury authors");
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("TCP Mercury: priority-driven congestion control for distributed DNN training");
+MODULE_ALIAS_GENL_FAMILY(MERCURY_GENL_NAME);

@@ -1,0 +1,512 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Mercury generic netlink family: how mercuryd sets, clears and dumps
+ * per-tag and per-flow priorities, tunes parameters and reads statistics.
+ * The contract (commands, attributes, limits) is include/mercury/uapi.h.
+ *
+ * Policies are strict: unknown attributes, wrong lengths and out-of-range
+ * values fail with -EINVAL and an extack message before a handler runs.
+ * Mutations need CAP_NET_ADMIN in the netns's user namespace.
+ */
+
+#include <linux/module.h>
+#include <net/genetlink.h>
+#include <net/ipv6.h>
+
+#include "mercury.h"
+
+/*
+ * Range checks. The policy core's own ranges answer -ERANGE; ours answer
+ * -EINVAL like every other malformed request, naming the attribute and its
+ * bounds in the extack message. (v - lo) > (hi - lo) is v outside [lo, hi]
+ * in unsigned arithmetic.
+ */
+#define MERCURY_RANGE(name, get, lo, hi, msg)					\
+static int mercury_check_##name(const struct nlattr *attr,			\
+				struct netlink_ext_ack *extack)		\
+{										\
+	u64 v = get(attr);							\
+										\
+	if (v - (lo) > (u64)(hi) - (lo)) {					\
+		NL_SET_ERR_MSG_ATTR(extack, attr, msg);				\
+		return -EINVAL;							\
+	}									\
+	return 0;								\
+}
+
+MERCURY_RANGE(rank, nla_get_u8, 0, MERCURY_NUM_RANKS - 1, "RANK must be 0..7")
+MERCURY_RANGE(weight, nla_get_u16, MERCURY_WEIGHT_MIN, MERCURY_WEIGHT_MAX,
+	      "WEIGHT must be 1..1024")
+MERCURY_RANGE(ttl, nla_get_u32, MERCURY_TTL_MS_MIN, MERCURY_TTL_MS_MAX,
+	      "TTL_MS must be 100..3600000")
+MERCURY_RANGE(cookie, nla_get_u64, 1, U64_MAX, "COOKIE must not be 0")
+MERCURY_RANGE(port, nla_get_u16, 1, U16_MAX, "port must not be 0")
+MERCURY_RANGE(floor, nla_get_u32, MERCURY_CWND_FLOOR_MIN, MERCURY_CWND_FLOOR_MAX,
+	      "CWND_FLOOR must be 1..64")
+MERCURY_RANGE(thresh, nla_get_u32, 0, MERCURY_DELAY_THRESH_US_MAX,
+	      "DELAY_THRESH_US must be 0..1000000")
+MERCURY_RANGE(entries, nla_get_u32, MERCURY_MAX_ENTRIES_MIN, MERCURY_MAX_ENTRIES_MAX,
+	      "MAX_ENTRIES must be 1..65536")
+MERCURY_RANGE(hold, nla_get_u32, MERCURY_MAX_HOLD_MS_MIN, MERCURY_MAX_HOLD_MS_MAX,
+	      "MAX_HOLD_MS must be 10..60000")
+MERCURY_RANGE(debug, nla_get_u8, 0, 1, "DEBUG must be 0 or 1")
+
+static int mercury_check_family(const struct nlattr *attr,
+				struct netlink_ext_ack *extack)
+{
+	u8 family = nla_get_u8(attr);
+
+	if (family != AF_INET && family != AF_INET6) {
+		NL_SET_ERR_MSG_ATTR(extack, attr, "FAMILY must be AF_INET or AF_INET6");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int mercury_check_addr(const struct nlattr *attr,
+			      struct netlink_ext_ack *extack)
+{
+	if (nla_len(attr) != 4 && nla_len(attr) != 16) {
+		NL_SET_ERR_MSG_ATTR(extack, attr, "address must be 4 or 16 bytes");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+#define MERCURY_CHECKED(type, name) NLA_POLICY_VALIDATE_FN(type, mercury_check_##name)
+
+static const struct nla_policy mercury_flow_policy[MERCURY_FLOW_ATTR_MAX + 1] = {
+	[MERCURY_FLOW_ATTR_PAD]		= { .type = NLA_REJECT },
+	[MERCURY_FLOW_ATTR_COOKIE]	= MERCURY_CHECKED(NLA_U64, cookie),
+	[MERCURY_FLOW_ATTR_FAMILY]	= MERCURY_CHECKED(NLA_U8, family),
+	[MERCURY_FLOW_ATTR_SADDR]	= NLA_POLICY_VALIDATE_FN(NLA_BINARY, mercury_check_addr, 16),
+	[MERCURY_FLOW_ATTR_DADDR]	= NLA_POLICY_VALIDATE_FN(NLA_BINARY, mercury_check_addr, 16),
+	[MERCURY_FLOW_ATTR_SPORT]	= MERCURY_CHECKED(NLA_U16, port),
+	[MERCURY_FLOW_ATTR_DPORT]	= MERCURY_CHECKED(NLA_U16, port),
+};
+
+static const struct nla_policy mercury_param_policy[MERCURY_PARAM_MAX + 1] = {
+	[MERCURY_PARAM_CWND_FLOOR]	= MERCURY_CHECKED(NLA_U32, floor),
+	[MERCURY_PARAM_DELAY_THRESH_US]	= MERCURY_CHECKED(NLA_U32, thresh),
+	[MERCURY_PARAM_ENTRY_TTL_MS]	= MERCURY_CHECKED(NLA_U32, ttl),
+	[MERCURY_PARAM_MAX_ENTRIES]	= MERCURY_CHECKED(NLA_U32, entries),
+	[MERCURY_PARAM_MAX_HOLD_MS]	= MERCURY_CHECKED(NLA_U32, hold),
+	[MERCURY_PARAM_DEBUG]		= MERCURY_CHECKED(NLA_U8, debug),
+};
+
+static const struct nla_policy mercury_policy[MERCURY_ATTR_MAX + 1] = {
+	[MERCURY_ATTR_PAD]		= { .type = NLA_REJECT },
+	[MERCURY_ATTR_TAG]		= { .type = NLA_U32 },
+	[MERCURY_ATTR_RANK]		= MERCURY_CHECKED(NLA_U8, rank),
+	[MERCURY_ATTR_WEIGHT]		= MERCURY_CHECKED(NLA_U16, weight),
+	[MERCURY_ATTR_TTL_MS]		= MERCURY_CHECKED(NLA_U32, ttl),
+	[MERCURY_ATTR_EXPIRES_MS]	= { .type = NLA_REJECT },
+	[MERCURY_ATTR_FLOW]		= NLA_POLICY_NESTED(mercury_flow_policy),
+	[MERCURY_ATTR_PARAMS]		= NLA_POLICY_NESTED(mercury_param_policy),
+	[MERCURY_ATTR_STATS]		= { .type = NLA_REJECT },
+};
+
+static struct genl_family mercury_family;
+
+static struct mercury_net *mercury_info_net(struct genl_info *info)
+{
+	return mercury_pernet(genl_info_net(info));
+}
+
+/* Address attribute of @family's length into a v4-mapped/IPv6 address. */
+static int mercury_parse_addr(const struct nlattr *attr, u8 family,
+			      struct in6_addr *addr,
+			      struct netlink_ext_ack *extack)
+{
+	if (family == AF_INET && nla_len(attr) == 4) {
+		ipv6_addr_set_v4mapped(nla_get_in_addr(attr), addr);
+		return 0;
+	}
+	if (family == AF_INET6 && nla_len(attr) == 16) {
+		*addr = nla_get_in6_addr(attr);
+		if (ipv6_addr_v4mapped(addr)) {
+			NL_SET_ERR_MSG_ATTR(extack, attr,
+					    "use FAMILY AF_INET for IPv4 flows");
+			return -EINVAL;
+		}
+		return 0;
+	}
+	NL_SET_ERR_MSG_ATTR(extack, attr,
+			    "address length does not match FAMILY (4 for AF_INET, 16 for AF_INET6)");
+	return -EINVAL;
+}
+
+static int mercury_parse_flow(struct genl_info *info, struct mercury_key *key)
+{
+	struct netlink_ext_ack *extack = info->extack;
+	struct nlattr *tb[MERCURY_FLOW_ATTR_MAX + 1];
+	static const int tuple[] = {
+		MERCURY_FLOW_ATTR_FAMILY, MERCURY_FLOW_ATTR_SADDR,
+		MERCURY_FLOW_ATTR_DADDR, MERCURY_FLOW_ATTR_SPORT,
+		MERCURY_FLOW_ATTR_DPORT,
+	};
+	int i, n_tuple = 0, err;
+
+	if (GENL_REQ_ATTR_CHECK(info, MERCURY_ATTR_FLOW))
+		return -EINVAL;
+	err = nla_parse_nested(tb, MERCURY_FLOW_ATTR_MAX,
+			       info->attrs[MERCURY_ATTR_FLOW],
+			       mercury_flow_policy, extack);
+	if (err)
+		return err;
+
+	memset(key, 0, sizeof(*key));
+	for (i = 0; i < ARRAY_SIZE(tuple); i++)
+		n_tuple += !!tb[tuple[i]];
+
+	if (tb[MERCURY_FLOW_ATTR_COOKIE]) {
+		if (n_tuple) {
+			NL_SET_ERR_MSG_ATTR(extack, info->attrs[MERCURY_ATTR_FLOW],
+					    "name a flow by COOKIE or by address tuple, not both");
+			return -EINVAL;
+		}
+		key->kind = MERCURY_KEY_COOKIE;
+		key->cookie = nla_get_u64(tb[MERCURY_FLOW_ATTR_COOKIE]);
+		return 0;
+	}
+	if (n_tuple != ARRAY_SIZE(tuple)) {
+		NL_SET_ERR_MSG_ATTR(extack, info->attrs[MERCURY_ATTR_FLOW],
+				    "flow needs COOKIE or all of FAMILY, SADDR, DADDR, SPORT, DPORT");
+		return -EINVAL;
+	}
+	key->kind = MERCURY_KEY_TUPLE;
+	key->family = nla_get_u8(tb[MERCURY_FLOW_ATTR_FAMILY]);
+	err = mercury_parse_addr(tb[MERCURY_FLOW_ATTR_SADDR], key->family,
+				 &key->saddr, extack);
+	if (!err)
+		err = mercury_parse_addr(tb[MERCURY_FLOW_ATTR_DADDR],
+					 key->family, &key->daddr, extack);
+	key->sport = nla_get_u16(tb[MERCURY_FLOW_ATTR_SPORT]);
+	key->dport = nla_get_u16(tb[MERCURY_FLOW_ATTR_DPORT]);
+	return err;
+}
+
+static int mercury_parse_tag(struct genl_info *info, struct mercury_key *key)
+{
+	if (GENL_REQ_ATTR_CHECK(info, MERCURY_ATTR_TAG))
+		return -EINVAL;
+	memset(key, 0, sizeof(*key));
+	key->kind = MERCURY_KEY_TAG;
+	key->tag = nla_get_u32(info->attrs[MERCURY_ATTR_TAG]);
+	return 0;
+}
+
+static int mercury_do_set(struct genl_info *info, const struct mercury_key *key)
+{
+	struct mercury_net *mn = mercury_info_net(info);
+	u16 weight = MERCURY_WEIGHT_UNIT;
+	u32 ttl_ms;
+
+	if (GENL_REQ_ATTR_CHECK(info, MERCURY_ATTR_RANK))
+		return -EINVAL;
+	if (info->attrs[MERCURY_ATTR_WEIGHT])
+		weight = nla_get_u16(info->attrs[MERCURY_ATTR_WEIGHT]);
+	ttl_ms = info->attrs[MERCURY_ATTR_TTL_MS] ?
+		 nla_get_u32(info->attrs[MERCURY_ATTR_TTL_MS]) :
+		 READ_ONCE(mn->params.entry_ttl_ms);
+	return mercury_entry_set(mn, key, nla_get_u8(info->attrs[MERCURY_ATTR_RANK]),
+				 weight, ttl_ms, info->extack);
+}
+
+static int mercury_tag_set(struct sk_buff *skb, struct genl_info *info)
+{
+	struct mercury_key key;
+
+	return mercury_parse_tag(info, &key) ?: mercury_do_set(info, &key);
+}
+
+static int mercury_flow_set(struct sk_buff *skb, struct genl_info *info)
+{
+	struct mercury_key key;
+
+	return mercury_parse_flow(info, &key) ?: mercury_do_set(info, &key);
+}
+
+static int mercury_do_del(struct genl_info *info, const struct mercury_key *key)
+{
+	int err = mercury_entry_del(mercury_info_net(info), key);
+
+	if (err == -ENOENT)
+		GENL_SET_ERR_MSG(info, "no such entry");
+	return err;
+}
+
+static int mercury_tag_del(struct sk_buff *skb, struct genl_info *info)
+{
+	struct mercury_key key;
+
+	return mercury_parse_tag(info, &key) ?: mercury_do_del(info, &key);
+}
+
+static int mercury_flow_del(struct sk_buff *skb, struct genl_info *info)
+{
+	struct mercury_key key;
+
+	return mercury_parse_flow(info, &key) ?: mercury_do_del(info, &key);
+}
+
+static int mercury_flush_doit(struct sk_buff *skb, struct genl_info *info)
+{
+	mercury_flush(mercury_info_net(info));
+	return 0;
+}
+
+static int mercury_put_addr(struct sk_buff *skb, int type, u8 family,
+			    const struct in6_addr *addr)
+{
+	if (family == AF_INET)
+		return nla_put_in_addr(skb, type, addr->s6_addr32[3]);
+	return nla_put_in6_addr(skb, type, addr);
+}
+
+static int mercury_put_key(struct sk_buff *skb, const struct mercury_key *key)
+{
+	struct nlattr *nest;
+
+	if (key->kind == MERCURY_KEY_TAG)
+		return nla_put_u32(skb, MERCURY_ATTR_TAG, key->tag);
+
+	nest = nla_nest_start(skb, MERCURY_ATTR_FLOW);
+	if (!nest)
+		return -EMSGSIZE;
+	if (key->kind == MERCURY_KEY_COOKIE) {
+		if (nla_put_u64_64bit(skb, MERCURY_FLOW_ATTR_COOKIE, key->cookie,
+				      MERCURY_FLOW_ATTR_PAD))
+			goto cancel;
+	} else if (nla_put_u8(skb, MERCURY_FLOW_ATTR_FAMILY, key->family) ||
+		   mercury_put_addr(skb, MERCURY_FLOW_ATTR_SADDR, key->family,
+				    &key->saddr) ||
+		   mercury_put_addr(skb, MERCURY_FLOW_ATTR_DADDR, key->family,
+				    &key->daddr) ||
+		   nla_put_u16(skb, MERCURY_FLOW_ATTR_SPORT, key->sport) ||
+		   nla_put_u16(skb, MERCURY_FLOW_ATTR_DPORT, key->dport)) {
+		goto cancel;
+	}
+	nla_nest_end(skb, nest);
+	return 0;
+cancel:
+	nla_nest_cancel(skb, nest);
+	return -EMSGSIZE;
+}
+
+static int mercury_fill_entry(struct sk_buff *skb, struct netlink_callback *cb,
+			      u8 cmd, const struct mercury_entry *e)
+{
+	unsigned long expires = READ_ONCE(e->expires);
+	void *hdr;
+
+	hdr = genlmsg_put(skb, NETLINK_CB(cb->skb).portid, cb->nlh->nlmsg_seq,
+			  &mercury_family, NLM_F_MULTI, cmd);
+	if (!hdr)
+		return -EMSGSIZE;
+	if (mercury_put_key(skb, &e->key) ||
+	    nla_put_u8(skb, MERCURY_ATTR_RANK, READ_ONCE(e->rank)) ||
+	    nla_put_u16(skb, MERCURY_ATTR_WEIGHT, READ_ONCE(e->weight)) ||
+	    nla_put_u32(skb, MERCURY_ATTR_EXPIRES_MS,
+			jiffies_to_msecs(expires - jiffies))) {
+		genlmsg_cancel(skb, hdr);
+		return -EMSGSIZE;
+	}
+	genlmsg_end(skb, hdr);
+	return 0;
+}
+
+/* Dump live entries of one kind; cb->args[0] counts what was already sent. */
+static int mercury_dump_kind(struct sk_buff *skb, struct netlink_callback *cb,
+			     bool tags, u8 cmd)
+{
+	struct mercury_net *mn = mercury_pernet(sock_net(skb->sk));
+	long skip = cb->args[0], idx = 0;
+	struct mercury_entry *e;
+	int bkt;
+
+	rcu_read_lock();
+	hash_for_each_rcu(mn->entries, bkt, e, node) {
+		if ((e->key.kind == MERCURY_KEY_TAG) != tags ||
+		    !time_before(jiffies, READ_ONCE(e->expires)))
+			continue;
+		if (idx++ < skip)
+			continue;
+		if (mercury_fill_entry(skb, cb, cmd, e)) {
+			idx--;
+			break;
+		}
+	}
+	rcu_read_unlock();
+	cb->args[0] = idx;
+	return skb->len;
+}
+
+static int mercury_tag_dump(struct sk_buff *skb, struct netlink_callback *cb)
+{
+	return mercury_dump_kind(skb, cb, true, MERCURY_CMD_TAG_GET);
+}
+
+static int mercury_flow_dump(struct sk_buff *skb, struct netlink_callback *cb)
+{
+	return mercury_dump_kind(skb, cb, false, MERCURY_CMD_FLOW_GET);
+}
+
+static int mercury_reply(struct genl_info *info, u8 cmd,
+			 int (*fill)(struct sk_buff *, struct mercury_net *),
+			 struct mercury_net *mn)
+{
+	struct sk_buff *msg;
+	void *hdr;
+	int err;
+
+	msg = genlmsg_new(NLMSG_DEFAULT_SIZE, GFP_KERNEL);
+	if (!msg)
+		return -ENOMEM;
+	hdr = genlmsg_put_reply(msg, info, &mercury_family, 0, cmd);
+	if (!hdr)
+		goto nospace;
+	err = fill(msg, mn);
+	if (err)
+		goto nospace;
+	genlmsg_end(msg, hdr);
+	return genlmsg_reply(msg, info);
+nospace:
+	nlmsg_free(msg);
+	return -EMSGSIZE;
+}
+
+static int mercury_fill_params(struct sk_buff *msg, struct mercury_net *mn)
+{
+	const struct mercury_params *p = &mn->params;
+	struct nlattr *nest = nla_nest_start(msg, MERCURY_ATTR_PARAMS);
+
+	if (!nest ||
+	    nla_put_u32(msg, MERCURY_PARAM_CWND_FLOOR, READ_ONCE(p->cwnd_floor)) ||
+	    nla_put_u32(msg, MERCURY_PARAM_DELAY_THRESH_US,
+			READ_ONCE(p->delay_thresh_us)) ||
+	    nla_put_u32(msg, MERCURY_PARAM_ENTRY_TTL_MS, READ_ONCE(p->entry_ttl_ms)) ||
+	    nla_put_u32(msg, MERCURY_PARAM_MAX_ENTRIES, READ_ONCE(p->max_entries)) ||
+	    nla_put_u32(msg, MERCURY_PARAM_MAX_HOLD_MS, READ_ONCE(p->max_hold_ms)) ||
+	    nla_put_u8(msg, MERCURY_PARAM_DEBUG, READ_ONCE(p->debug)))
+		return -EMSGSIZE;
+	nla_nest_end(msg, nest);
+	return 0;
+}
+
+static int mercury_params_get(struct sk_buff *skb, struct genl_info *info)
+{
+	return mercury_reply(info, MERCURY_CMD_PARAMS_GET, mercury_fill_params,
+			     mercury_info_net(info));
+}
+
+static int mercury_params_set(struct sk_buff *skb, struct genl_info *info)
+{
+	struct mercury_net *mn = mercury_info_net(info);
+	struct nlattr *tb[MERCURY_PARAM_MAX + 1];
+	struct mercury_params *p = &mn->params;
+	int err;
+
+	if (GENL_REQ_ATTR_CHECK(info, MERCURY_ATTR_PARAMS))
+		return -EINVAL;
+	/* Policy checks every value first: all are applied or none. */
+	err = nla_parse_nested(tb, MERCURY_PARAM_MAX, info->attrs[MERCURY_ATTR_PARAMS],
+			       mercury_param_policy, info->extack);
+	if (err)
+		return err;
+	if (tb[MERCURY_PARAM_CWND_FLOOR])
+		WRITE_ONCE(p->cwnd_floor, nla_get_u32(tb[MERCURY_PARAM_CWND_FLOOR]));
+	if (tb[MERCURY_PARAM_DELAY_THRESH_US])
+		WRITE_ONCE(p->delay_thresh_us,
+			   nla_get_u32(tb[MERCURY_PARAM_DELAY_THRESH_US]));
+	if (tb[MERCURY_PARAM_ENTRY_TTL_MS])
+		WRITE_ONCE(p->entry_ttl_ms, nla_get_u32(tb[MERCURY_PARAM_ENTRY_TTL_MS]));
+	if (tb[MERCURY_PARAM_MAX_ENTRIES])
+		WRITE_ONCE(p->max_entries, nla_get_u32(tb[MERCURY_PARAM_MAX_ENTRIES]));
+	if (tb[MERCURY_PARAM_MAX_HOLD_MS])
+		WRITE_ONCE(p->max_hold_ms, nla_get_u32(tb[MERCURY_PARAM_MAX_HOLD_MS]));
+	if (tb[MERCURY_PARAM_DEBUG])
+		WRITE_ONCE(p->debug, nla_get_u8(tb[MERCURY_PARAM_DEBUG]));
+	return 0;
+}
+
+static int mercury_fill_stats(struct sk_buff *msg, struct mercury_net *mn)
+{
+	static const u8 map[MERCURY_CNT_MAX] = {
+		[MERCURY_CNT_FLOWS_INIT]	= MERCURY_STAT_FLOWS_INIT,
+		[MERCURY_CNT_FLOWS_RELEASED]	= MERCURY_STAT_FLOWS_RELEASED,
+		[MERCURY_CNT_HOLDS]		= MERCURY_STAT_HOLDS,
+		[MERCURY_CNT_RELEASES]		= MERCURY_STAT_RELEASES,
+		[MERCURY_CNT_STARVE_GRANTS]	= MERCURY_STAT_STARVE_GRANTS,
+		[MERCURY_CNT_DELAY_BACKOFFS]	= MERCURY_STAT_DELAY_BACKOFFS,
+		[MERCURY_CNT_LOSS_EVENTS]	= MERCURY_STAT_LOSS_EVENTS,
+		[MERCURY_CNT_CWND_FIXUPS]	= MERCURY_STAT_CWND_FIXUPS,
+		[MERCURY_CNT_EXPIRED]		= MERCURY_STAT_EXPIRED,
+	};
+	struct nlattr *nest = nla_nest_start(msg, MERCURY_ATTR_STATS);
+	int i;
+
+	if (!nest)
+		return -EMSGSIZE;
+	for (i = 0; i < MERCURY_CNT_MAX; i++)
+		if (nla_put_u64_64bit(msg, map[i], atomic64_read(&mn->counters[i]),
+				      MERCURY_STAT_PAD))
+			return -EMSGSIZE;
+	if (nla_put_u64_64bit(msg, MERCURY_STAT_TAG_ENTRIES, READ_ONCE(mn->n_tags),
+			      MERCURY_STAT_PAD) ||
+	    nla_put_u64_64bit(msg, MERCURY_STAT_FLOW_ENTRIES, READ_ONCE(mn->n_flows),
+			      MERCURY_STAT_PAD) ||
+	    nla_put_u64_64bit(msg, MERCURY_STAT_TABLE_GEN, READ_ONCE(mn->gen),
+			      MERCURY_STAT_PAD) ||
+	    nla_put_u64_64bit(msg, MERCURY_STAT_GLOBAL_ENTRIES,
+			      mercury_global_entries(), MERCURY_STAT_PAD))
+		return -EMSGSIZE;
+	nla_nest_end(msg, nest);
+	return 0;
+}
+
+static int mercury_stats_get(struct sk_buff *skb, struct genl_info *info)
+{
+	return mercury_reply(info, MERCURY_CMD_STATS_GET, mercury_fill_stats,
+			     mercury_info_net(info));
+}
+
+static const struct genl_ops mercury_ops[] = {
+	{ .cmd = MERCURY_CMD_TAG_SET,	 .doit = mercury_tag_set,
+	  .flags = GENL_UNS_ADMIN_PERM },
+	{ .cmd = MERCURY_CMD_TAG_DEL,	 .doit = mercury_tag_del,
+	  .flags = GENL_UNS_ADMIN_PERM },
+	{ .cmd = MERCURY_CMD_TAG_GET,	 .dumpit = mercury_tag_dump },
+	{ .cmd = MERCURY_CMD_FLOW_SET,	 .doit = mercury_flow_set,
+	  .flags = GENL_UNS_ADMIN_PERM },
+	{ .cmd = MERCURY_CMD_FLOW_DEL,	 .doit = mercury_flow_del,
+	  .flags = GENL_UNS_ADMIN_PERM },
+	{ .cmd = MERCURY_CMD_FLOW_GET,	 .dumpit = mercury_flow_dump },
+	{ .cmd = MERCURY_CMD_FLUSH,	 .doit = mercury_flush_doit,
+	  .flags = GENL_UNS_ADMIN_PERM },
+	{ .cmd = MERCURY_CMD_PARAMS_GET, .doit = mercury_params_get },
+	{ .cmd = MERCURY_CMD_PARAMS_SET, .doit = mercury_params_set,
+	  .flags = GENL_UNS_ADMIN_PERM },
+	{ .cmd = MERCURY_CMD_STATS_GET,	 .doit = mercury_stats_get },
+};
+
+static struct genl_family mercury_family __ro_after_init = {
+	.name		= MERCURY_GENL_NAME,
+	.version	= MERCURY_GENL_VERSION,
+	.maxattr	= MERCURY_ATTR_MAX,
+	.policy		= mercury_policy,
+	.netnsok	= true,
+	.module		= THIS_MODULE,
+	.ops		= mercury_ops,
+	.n_ops		= ARRAY_SIZE(mercury_ops),
+};
+
+int mercury_netlink_init(void)
+{
+	return genl_register_family(&mercury_family);
+}
+
+void mercury_netlink_exit(void)
+{
+	genl_unregister_family(&mercury_family);
+}

@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Mercury per-netns priority table.
+ *
+ * Entries map a tag (SO_PRIORITY) or a flow (socket cookie or 4-tuple) to a
+ * rank and weight. Readers are flows on the ACK path, under RCU; writers are
+ * the netlink handlers and the expiry work, under mn->lock. Every change bumps
+ * mn->gen so flows know to look their priority up again; between changes a
+ * flow uses what it cached.
+ */
+
+#include <linux/jhash.h>
+#include <linux/slab.h>
+#include <net/netns/generic.h>
+#include <net/sock.h>
+#include <net/ipv6.h>
+
+#include "mercury.h"
+
+#define MERCURY_GC_INTERVAL	HZ
+
+static unsigned int mercury_net_id __read_mostly;
+static struct kmem_cache *mercury_entry_cache __read_mostly;
+/* Entries alive in all namespaces; reported for leak checks. */
+static atomic_long_t mercury_entries_alive = ATOMIC_LONG_INIT(0);
+
+struct mercury_net *mercury_pernet(const struct net *net)
+{
+	return net_generic(net, mercury_net_id);
+}
+
+long mercury_global_entries(void)
+{
+	return atomic_long_read(&mercury_entries_alive);
+}
+
+static u32 mercury_key_hash(const struct mercury_key *key)
+{
+	BUILD_BUG_ON(sizeof(*key) % sizeof(u32));
+	return jhash2((const u32 *)key, sizeof(*key) / sizeof(u32), 0);
+}
+
+static bool mercury_entry_live(const struct mercury_entry *e)
+{
+	return time_before(jiffies, READ_ONCE(e->expires));
+}
+
+static struct mercury_entry *mercury_find_rcu(struct mercury_net *mn,
+					      const struct mercury_key *key)
+{
+	struct mercury_entry *e;
+
+	hash_for_each_possible_rcu(mn->entries, e, node, mercury_key_hash(key))
+		if (!memcmp(&e->key, key, sizeof(*key)))
+			return e;
+	return NULL;
+}
+
+static void mercury_sock_keys(const struct sock *sk, struct mercury_key *tuple,
+			      struct mercury_key *cookie)
+{
+	memset(tuple, 0, sizeof(*tuple));
+	memset(cookie, 0, sizeof(*cookie));
+
+	cookie->kind = MERCURY_KEY_COOKIE;
+	/* Set once user space read SO_COOKIE; 0 means nobody can name it. */
+	cookie->cookie = atomic64_read(&sk->sk_cookie);
+
+	tuple->kind = MERCURY_KEY_TUPLE;
+	tuple->sport = sk->sk_num;
+	tuple->dport = ntohs(sk->sk_dport);
+#if IS_ENABLED(CONFIG_IPV6)
+	if (sk->sk_family == AF_INET6 &&
+	    !ipv6_addr_v4mapped(&sk->sk_v6_daddr)) {
+		tuple->family = AF_INET6;
+		tuple->saddr = sk->sk_v6_rcv_saddr;
+		tuple->daddr = sk->sk_v6_daddr;
+		return;
+	}
+#endif
+	tuple->family = AF_INET;
+	ipv6_addr_set_v4mapped(sk->sk_rcv_saddr, &tuple->saddr);
+	ipv6_addr_set_v4mapped(sk->sk_daddr, &tuple->daddr);
+}
+
+/* Resolve @sk's priority: its flow entry, else its tag's, else unranked. */
+void mercury_lookup(struct mercury_net *mn, const struct sock *sk,
+		    struct mercury_prio *prio)
+{
+	struct mercury_entry *e = NULL;
+	struct mercury_key tuple, cookie, tag;
+
+	prio->found = false;
+	prio->rank = MERCURY_RANK_NONE;
+	prio->weight = MERCURY_WEIGHT_UNIT;
+
+	rcu_read_lock();
+	if (READ_ONCE(mn->n_flows)) {
+		mercury_sock_keys(sk, &tuple, &cookie);
+		if (cookie.cookie)
+			e = mercury_find_rcu(mn, &cookie);
+		if (!e || !mercury_entry_live(e))
+			e = mercury_find_rcu(mn, &tuple);
+	}
+	if ((!e || !mercury_entry_live(e)) && READ_ONCE(mn->n_tags)) {
+		memset(&tag, 0, sizeof(tag));
+		tag.kind = MERCURY_KEY_TAG;
+		tag.tag = READ_ONCE(sk->sk_priority);
+		e = mercury_find_rcu(mn, &tag);
+	}
+	if (e && mercury_entry_live(e)) {
+		prio->found = true;
+		prio->rank = READ_ONCE(e->rank);
+		prio->weight = READ_ONCE(e->weight);
+		prio->expires = READ_ONCE(e->expires);
+	}
+	rcu_read_unlock();
+}
+
+static void mercury_entry_free_rcu(struct rcu_head *head)
+{
+	kmem_cache_free(mercury_entry_cache,
+			container_of(head, struct mercury_entry, rcu));
+	atomic_long_dec(&mercury_entries_alive);
+}
+
+static u32 *mercury_kind_count(struct mercury_net *mn, u8 kind)
+{
+	return kind == MERCURY_KEY_TAG ? &mn->n_tags : &mn->n_flows;
+}
+
+/* Caller holds mn->lock. */
+static void mercury_entry_remove(struct mercury_net *mn, struct mercury_entry *e)
+{
+	u32 *count = mercury_kind_count(mn, e->key.kind);
+
+	hash_del_rcu(&e->node);
+	WRITE_ONCE(*count, *count - 1);
+	call_rcu(&e->rcu, mercury_entry_free_rcu);
+}
+
+static void mercury_bump_gen(struct mercury_net *mn)
+{
+	WRITE_ONCE(mn->gen, mn->gen + 1);
+}
+
+int mercury_entry_set(struct mercury_net *mn, const struct mercury_key *key,
+		      u8 rank, u16 weight, u32 ttl_ms,
+		      struct netlink_ext_ack *extack)
+{
+	unsigned long expires = jiffies + msecs_to_jiffies(ttl_ms);
+	struct mercury_entry *e, *fresh;
+	u32 *count = mercury_kind_count(mn, key->kind);
+
+	/* Allocate outside the lock; freed unused if the key exists. */
+	fresh = kmem_cache_zalloc(mercury_entry_cache, GFP_KERNEL);
+	if (!fresh)
+		return -ENOMEM;
+	atomic_long_inc(&mercury_entries_alive);
+	fresh->key = *key;
+	fresh->rank = rank;
+	fresh->weight = weight;
+	fresh->expires = expires;
+
+	spin_lock_bh(&mn->lock);
+	e = mercury_find_rcu(mn, key);
+	if (e) {
+		/* Readers see either the old or the new entry, never a mix. */
+		hlist_replace_rcu(&e->node, &fresh->node);
+		call_rcu(&e->rcu, mercury_entry_free_rcu);
+	} else {
+		if (mn->n_tags + mn->n_flows >= READ_ONCE(mn->params.max_entries)) {
+			spin_unlock_bh(&mn->lock);
+			mercury_entry_free_rcu(&fresh->rcu);
+			NL_SET_ERR_MSG_MOD(extack, "mercury table is full (max_entries)");
+			return -ENOSPC;
+		}
+		hash_add_rcu(mn->entries, &fresh->node, mercury_key_hash(key));
+		WRITE_ONCE(*count, *count + 1);
+	}
+	mercury_bump_gen(mn);
+	spin_unlock_bh(&mn->lock);
+	return 0;
+}
+
+int mercury_entry_del(struct mercury_net *mn, const struct mercury_key *key)
+{
+	struct mercury_entry *e;
+	int err = -ENOENT;
+
+	spin_lock_bh(&mn->lock);
+	e = mercury_find_rcu(mn, key);
+	if (e) {
+		mercury_entry_remove(mn, e);
+		mercury_bump_gen(mn);
+		err = 0;
+	}
+	spin_unlock_bh(&mn->lock);
+	return err;
+}
+
+void mercury_flush(struct mercury_net *mn)
+{
+	struct mercury_entry *e;
+	struct hlist_node *tmp;
+	int bkt;
+
+	spin_lock_bh(&mn->lock);
+	hash_for_each_safe(mn->entries, bkt, tmp, e, node)
+		mercury_entry_remove(mn, e);
+	mercury_bump_gen(mn);
+	spin_unlock_bh(&mn->lock);
+}
+
+/* Expired entries are already ignored by lookups; this frees their memory. */
+static void mercury_gc(struct work_struct *work)
+{
+	struct mercury_net *mn = container_of(to_delayed_work(work),
+					      struct mercury_net, gc);
+	struct mercury_entry *e;
+	struct hlist_node *tmp;
+	bool changed = false;
+	int bkt;
+
+	spin_lock_bh(&mn->lock);
+	hash_for_each_safe(mn->entries, bkt, tmp, e, node) {
+		if (!mercury_entry_live(e)) {
+			mercury_entry_remove(mn, e);
+			mercury_count(mn, MERCURY_CNT_EXPIRED);
+			changed = true;
+		}
+	}
+	if (changed)
+		mercury_bump_gen(mn);
+	spin_unlock_bh(&mn->lock);
+
+	schedule_delayed_work(&mn->gc, MERCURY_GC_INTERVAL);
+}
+
+static int __net_init mercury_net_init(struct net *net)
+{
+	struct mercury_net *mn = mercury_pernet(net);
+
+	mn->params = mercury_defaults;
+	spin_lock_init(&mn->lock);
+	hash_init(mn->entries);
+	INIT_DELAYED_WORK(&mn->gc, mercury_gc);
+	schedule_delayed_work(&mn->gc, MERCURY_GC_INTERVAL);
+	return 0;
+}
+
+static void __net_exit mercury_net_exit(struct net *net)
+{
+	struct mercury_net *mn = mercury_pernet(net);
+
+	cancel_delayed_work_sync(&mn->gc);
+	mercury_flush(mn);
+}
+
+static struct pernet_operations mercury_net_ops = {
+	.init = mercury_net_init,
+	.exit = mercury_net_exit,
+	.id = &mercury_net_id,
+	.size = sizeof(struct mercury_net),
+};
+
+int mercury_table_init(void)
+{
+	int err;
+
+	mercury_entry_cache = KMEM_CACHE(mercury_entry, 0);
+	if (!mercury_entry_cache)
+		return -ENOMEM;
+	err = register_pernet_subsys(&mercury_net_ops);
+	if (err)
+		kmem_cache_destroy(mercury_entry_cache);
+	return err;
+}
+
+void mercury_table_exit(void)
+{
+	unregister_pernet_subsys(&mercury_net_ops);
+	/* Let every call_rcu() free land before the cache goes. */
+	rcu_barrier();
+	kmem_cache_destroy(mercury_entry_cache);
+}

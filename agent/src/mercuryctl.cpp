@@ -1,0 +1,321 @@
+// SPDX-License-Identifier: GPL-2.0
+// mercuryctl: inspect and change tcp_mercury's per-netns table, parameters
+// and counters over generic netlink.
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "genl_client.hpp"
+#include "mercury/uapi.h"
+
+namespace {
+
+using mercury::GenlClient;
+using mercury::Status;
+
+// Exit codes scripts can rely on.
+constexpr int kExitOk = 0;
+constexpr int kExitRefused = 1;    // the kernel rejected the request
+constexpr int kExitUsage = 2;      // bad command line
+constexpr int kExitNoModule = 3;   // family absent: module not loaded
+
+constexpr const char* kUsage = R"(usage: mercuryctl [--json] COMMAND [ARGS]
+
+Commands (act on the caller's network namespace):
+  tag set TAG RANK [--weight W] [--ttl MS]   priority for sockets with SO_PRIORITY TAG
+  tag del TAG
+  flow set FLOW RANK [--weight W] [--ttl MS] priority for one connection
+  flow del FLOW
+  dump                                       list tag and flow entries
+  flush                                      remove every entry
+  params [NAME=VALUE ...]                    show, or set, parameters
+  stats                                      show counters
+
+FLOW is --cookie N (getsockopt SO_COOKIE) or LOCAL REMOTE as the local socket
+sees them, e.g. 10.0.0.1:40000 10.0.0.2:5201 or [fd00::1]:40000 [fd00::2]:5201.
+RANK is 0..7, lower is more urgent. WEIGHT is 1..1024; 16 is one Reno flow.
+
+Exit status: 0 ok, 1 the kernel refused (reason printed), 2 usage error,
+3 tcp_mercury is not loaded.
+)";
+
+struct UsageError {
+    std::string what;
+};
+
+template <typename T>
+T parse_number(std::string_view text, const char* what)
+{
+    T value{};
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc{} || end != text.data() + text.size())
+        throw UsageError{std::string("invalid ") + what + " '" + std::string(text) + "'"};
+    return value;
+}
+
+class Args {
+public:
+    Args(int argc, char** argv) : args_(argv + 1, argv + argc) {}
+
+    bool empty() const { return pos_ >= args_.size(); }
+    std::string next(const char* what)
+    {
+        if (empty())
+            throw UsageError{std::string("missing ") + what};
+        return args_[pos_++];
+    }
+    bool take_flag(std::string_view flag)
+    {
+        if (!empty() && args_[pos_] == flag) {
+            ++pos_;
+            return true;
+        }
+        return false;
+    }
+    void expect_end() const
+    {
+        if (!empty())
+            throw UsageError{"unexpected argument '" + args_[pos_] + "'"};
+    }
+
+private:
+    std::vector<std::string> args_;
+    size_t pos_ = 0;
+};
+
+mercury::FlowKey parse_flow(Args& args)
+{
+    if (args.take_flag("--cookie"))
+        return mercury::FlowKey::by_cookie(parse_number<uint64_t>(args.next("cookie"), "cookie"));
+    const auto local = mercury::Endpoint::parse(args.next("local endpoint"));
+    const auto remote = mercury::Endpoint::parse(args.next("remote endpoint"));
+    if (!local || !remote)
+        throw UsageError{"endpoints look like 10.0.0.1:5201 or [fd00::1]:5201"};
+    auto key = mercury::FlowKey::by_tuple(*local, *remote);
+    if (!key)
+        throw UsageError{"local and remote endpoints must be of one address family"};
+    return *key;
+}
+
+mercury::Priority parse_priority(Args& args)
+{
+    mercury::Priority prio;
+    prio.rank = parse_number<uint8_t>(args.next("rank"), "rank");
+    while (!args.empty()) {
+        if (args.take_flag("--weight"))
+            prio.weight = parse_number<uint16_t>(args.next("weight"), "weight");
+        else if (args.take_flag("--ttl"))
+            prio.ttl_ms = parse_number<uint32_t>(args.next("ttl"), "ttl");
+        else
+            args.expect_end();
+    }
+    return prio;
+}
+
+std::string rank_text(uint8_t rank)
+{
+    return rank == MERCURY_RANK_NONE ? "none" : std::to_string(rank);
+}
+
+// Minimal JSON object printer: keys and values are plain identifiers/numbers.
+class JsonObject {
+public:
+    explicit JsonObject(std::string& out) : out_(out) { out_ += "{"; }
+    ~JsonObject() { out_ += "}"; }
+    JsonObject(const JsonObject&) = delete;
+    JsonObject& operator=(const JsonObject&) = delete;
+
+    void number(const std::string& key, uint64_t value) { field(key) += std::to_string(value); }
+    void string(const std::string& key, const std::string& value) { field(key) += "\"" + value + "\""; }
+    std::string& raw(const std::string& key) { return field(key); }
+
+private:
+    std::string& field(const std::string& key)
+    {
+        if (!first_)
+            out_ += ",";
+        first_ = false;
+        out_ += "\"" + key + "\":";
+        return out_;
+    }
+    std::string& out_;
+    bool first_ = true;
+};
+
+int report(const Status& status, const char* what)
+{
+    if (status)
+        return kExitOk;
+    std::cerr << "mercuryctl: " << what << ": " << status.describe() << "\n";
+    return kExitRefused;
+}
+
+int cmd_dump(GenlClient& nl, bool json)
+{
+    std::vector<mercury::TagEntry> tags;
+    std::vector<mercury::FlowEntry> flows;
+    if (int rc = report(nl.dump_tags(tags), "dump tags"))
+        return rc;
+    if (int rc = report(nl.dump_flows(flows), "dump flows"))
+        return rc;
+
+    if (json) {
+        std::string out;
+        {
+            JsonObject root(out);
+            std::string& t = root.raw("tags");
+            t += "[";
+            for (size_t i = 0; i < tags.size(); ++i) {
+                if (i)
+                    t += ",";
+                JsonObject o(t);
+                o.number("tag", tags[i].tag);
+                o.number("rank", tags[i].rank);
+                o.number("weight", tags[i].weight);
+                o.number("expires_ms", tags[i].expires_ms);
+            }
+            t += "]";
+            std::string& f = root.raw("flows");
+            f += "[";
+            for (size_t i = 0; i < flows.size(); ++i) {
+                if (i)
+                    f += ",";
+                JsonObject o(f);
+                o.string("flow", flows[i].key.to_string());
+                o.number("rank", flows[i].rank);
+                o.number("weight", flows[i].weight);
+                o.number("expires_ms", flows[i].expires_ms);
+            }
+            f += "]";
+        }
+        std::cout << out << "\n";
+        return kExitOk;
+    }
+    for (const auto& e : tags)
+        std::printf("tag %-10u rank %-4s weight %-5u expires %ums\n", e.tag, rank_text(e.rank).c_str(),
+                    e.weight, e.expires_ms);
+    for (const auto& e : flows)
+        std::printf("flow %s rank %s weight %u expires %ums\n", e.key.to_string().c_str(),
+                    rank_text(e.rank).c_str(), e.weight, e.expires_ms);
+    return kExitOk;
+}
+
+void print_map(const std::map<std::string, uint64_t>& values, bool json)
+{
+    if (json) {
+        std::string out;
+        {
+            JsonObject o(out);
+            for (const auto& [k, v] : values)
+                o.number(k, v);
+        }
+        std::cout << out << "\n";
+        return;
+    }
+    for (const auto& [k, v] : values)
+        std::printf("%-16s %llu\n", k.c_str(), static_cast<unsigned long long>(v));
+}
+
+int cmd_params(GenlClient& nl, Args& args, bool json)
+{
+    if (!args.empty()) {
+        mercury::Params params;
+        while (!args.empty()) {
+            const std::string kv = args.next("NAME=VALUE");
+            const auto eq = kv.find('=');
+            if (eq == std::string::npos)
+                throw UsageError{"parameters are set as NAME=VALUE, got '" + kv + "'"};
+            const Status s = set_param_by_name(params, kv.substr(0, eq),
+                                               parse_number<uint64_t>(kv.substr(eq + 1), "value"));
+            if (!s)
+                throw UsageError{s.message};
+        }
+        return report(nl.set_params(params), "set parameters");
+    }
+    mercury::Params params;
+    if (int rc = report(nl.get_params(params), "get parameters"))
+        return rc;
+    print_map(params_as_map(params), json);
+    return kExitOk;
+}
+
+int run(Args& args, bool json)
+{
+    const std::string cmd = args.next("command");
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+        std::cout << kUsage;
+        return kExitOk;
+    }
+
+    std::unique_ptr<GenlClient> nl;
+    if (const Status s = GenlClient::open(nl); !s) {
+        std::cerr << "mercuryctl: " << s.describe() << "\n";
+        return s.error == -ENOENT ? kExitNoModule : kExitRefused;
+    }
+
+    if (cmd == "tag" || cmd == "flow") {
+        const std::string op = args.next("set or del");
+        const bool tag = cmd == "tag";
+        if (op == "set") {
+            if (tag) {
+                const auto id = parse_number<uint32_t>(args.next("tag"), "tag");
+                return report(nl->set_tag(id, parse_priority(args)), "set tag");
+            }
+            const auto key = parse_flow(args);
+            return report(nl->set_flow(key, parse_priority(args)), "set flow");
+        }
+        if (op == "del") {
+            Status s;
+            if (tag)
+                s = nl->del_tag(parse_number<uint32_t>(args.next("tag"), "tag"));
+            else
+                s = nl->del_flow(parse_flow(args));
+            args.expect_end();
+            return report(s, tag ? "delete tag" : "delete flow");
+        }
+        throw UsageError{"'" + cmd + "' takes set or del, not '" + op + "'"};
+    }
+    if (cmd == "dump") {
+        args.expect_end();
+        return cmd_dump(*nl, json);
+    }
+    if (cmd == "flush") {
+        args.expect_end();
+        return report(nl->flush(), "flush");
+    }
+    if (cmd == "params")
+        return cmd_params(*nl, args, json);
+    if (cmd == "stats") {
+        args.expect_end();
+        mercury::Stats stats;
+        if (int rc = report(nl->get_stats(stats), "get stats"))
+            return rc;
+        print_map(stats, json);
+        return kExitOk;
+    }
+    throw UsageError{"unknown command '" + cmd + "'"};
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    Args args(argc, argv);
+    const bool json = args.take_flag("--json");
+    try {
+        if (args.empty()) {
+            std::cerr << kUsage;
+            return kExitUsage;
+        }
+        return run(args, json);
+    } catch (const UsageError& e) {
+        std::cerr << "mercuryctl: " << e.what << "\n(see mercuryctl --help)\n";
+        return kExitUsage;
+    }
+}

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: GPL-2.0
+// The congestion-control core (include/mercury/cc_core.h) as the module
+// compiles it, checked on hand-computed cases.
+#include <catch2/catch.hpp>
+
+extern "C" {
+#include "mercury/cc_core.h"
+}
+
+TEST_CASE("slow start grows by acked packets up to ssthresh", "[core]")
+{
+    mercury_window w{10, 100, 0};
+    mercury_increase(&w, 5, MERCURY_WEIGHT_UNIT, 10000);
+    CHECK(w.cwnd == 15);
+    mercury_increase(&w, 200, MERCURY_WEIGHT_UNIT, 10000);
+    CHECK(w.cwnd >= 100);   // reached ssthresh, leftover went to AI
+    CHECK(w.cwnd <= 102);
+}
+
+TEST_CASE("additive increase is weight/UNIT packets per window", "[core]")
+{
+    for (uint32_t weight : {4u, 16u, 64u}) {
+        mercury_window w{100, 50, 0};
+        // Ten round trips: each acks the window it started with, one at a time.
+        for (int rtt = 0; rtt < 10; ++rtt) {
+            const __u32 window = w.cwnd;
+            for (__u32 i = 0; i < window; ++i)
+                mercury_increase(&w, 1, weight, 100000);
+        }
+        const double per_rtt = (w.cwnd - 100) / 10.0;
+        CHECK(per_rtt == Approx(weight / 16.0).margin(0.35));
+    }
+}
+
+TEST_CASE("increase never exceeds the clamp", "[core]")
+{
+    mercury_window w{90, 1000, 0};
+    mercury_increase(&w, 500, MERCURY_WEIGHT_UNIT, 100);
+    CHECK(w.cwnd == 100);
+}
+
+TEST_CASE("loss backs off like Reno at unit weight, less when heavier", "[core]")
+{
+    CHECK(mercury_ssthresh_after_loss(100, MERCURY_WEIGHT_UNIT) == 50);
+    CHECK(mercury_ssthresh_after_loss(100, 4) == 50);          // light flows: Reno
+    CHECK(mercury_ssthresh_after_loss(100, 64) == 88);         // 4 units: 1/8 cut
+    CHECK(mercury_ssthresh_after_loss(3, MERCURY_WEIGHT_UNIT) == 2);
+    CHECK(mercury_ssthresh_after_loss(0, MERCURY_WEIGHT_UNIT) == 2);
+}
+
+TEST_CASE("a flow is preempted only by a more urgent rank active within the window", "[core]")
+{
+    __u64 last[MERCURY_NUM_RANKS] = {};
+    const __u64 now = 1'000'000;
+    last[2] = now - 500;   // rank 2 active 0.5 ms ago
+
+    CHECK(mercury_preempted(last, 3, now, 1000));    // less urgent: held
+    CHECK(mercury_preempted(last, 7, now, 1000));
+    CHECK_FALSE(mercury_preempted(last, 2, now, 1000));   // same rank: shares
+    CHECK_FALSE(mercury_preempted(last, 1, now, 1000));   // more urgent: not held
+    CHECK_FALSE(mercury_preempted(last, MERCURY_RANK_NONE, now, 1000));  // unranked
+    CHECK_FALSE(mercury_preempted(last, 3, now + 600, 1000));   // rank 2 went quiet
+    CHECK(mercury_preempted(last, 3, now - 100, 1000));   // stamp ahead of our clock
+}
+
+TEST_CASE("a never-active rank preempts nobody", "[core]")
+{
+    __u64 last[MERCURY_NUM_RANKS] = {};
+    CHECK_FALSE(mercury_preempted(last, 7, 500, 1000));
+}
+
+TEST_CASE("hold window is about an RTT, bounded", "[core]")
+{
+    CHECK(mercury_hold_window_us(100) == MERCURY_HOLD_WINDOW_MIN_US);
+    CHECK(mercury_hold_window_us(5000) == 10000);
+    CHECK(mercury_hold_window_us(1'000'000) == MERCURY_HOLD_WINDOW_MAX_US);
+}
+
+TEST_CASE("hold clamps to the floor and release restores the window", "[core]")
+{
+    mercury_window w{80, 40, 7};
+    __u32 saved = 0;
+    mercury_hold(&w, &saved, 2);
+    CHECK(w.cwnd == 2);
+    CHECK(saved == 80);
+    mercury_unhold(&w, saved);
+    CHECK(w.cwnd == 80);
+
+    mercury_window small{1, 40, 0};
+    mercury_hold(&small, &saved, 2);
+    CHECK(small.cwnd == 1);   // never raised by a hold
+}
+
+TEST_CASE("starvation guard: grace of max_hold/8 after every max_hold", "[core]")
+{
+    const __u64 since = 10'000'000;
+    CHECK_FALSE(mercury_in_grace(since, since + 999'000, 1000));
+    CHECK(mercury_in_grace(since, since + 1'000'000, 1000));
+    CHECK(mercury_in_grace(since, since + 1'124'000, 1000));
+    CHECK_FALSE(mercury_in_grace(since, since + 1'125'000, 1000));   // next period
+    CHECK(mercury_in_grace(since, since + 2'250'000 + 1'000'000, 1000));
+    CHECK_FALSE(mercury_in_grace(since, since - 5, 1000));
+    CHECK_FALSE(mercury_in_grace(since, since + 5'000'000, 0));   // disabled
+}
+
+TEST_CASE("delay thresholds: rank 0 never yields, less urgent ranks yield sooner", "[core]")
+{
+    CHECK(mercury_delay_threshold_us(0, 1000) == 0);
+    CHECK(mercury_delay_threshold_us(1, 1000) == 1000);
+    CHECK(mercury_delay_threshold_us(7, 1000) == 142);
+    CHECK(mercury_delay_threshold_us(MERCURY_RANK_NONE, 1000) == 0);
+    CHECK(mercury_delay_threshold_us(3, 0) == 0);
+
+    CHECK(mercury_should_yield(3, 2000, 500, 1000));
+    CHECK_FALSE(mercury_should_yield(3, 1000, 500, 1000));
+    CHECK_FALSE(mercury_should_yield(0, 50000, 500, 1000));
+    CHECK_FALSE(mercury_should_yield(3, 50000, 0, 1000));   // no base RTT yet
+}
+
+TEST_CASE("yield halves but keeps the floor", "[core]")
+{
+    mercury_window w{40, 100, 3};
+    mercury_yield(&w, 2);
+    CHECK(w.cwnd == 20);
+    CHECK(w.ssthresh == 20);
+    mercury_window tiny{3, 100, 0};
+    mercury_yield(&tiny, 2);
+    CHECK(tiny.cwnd == 2);
+}
+
+TEST_CASE("sanitize repairs windows the CC did not set", "[core]")
+{
+    mercury_window ok{10, 20, 0};
+    CHECK_FALSE(mercury_sanitize(&ok, 1000));
+
+    mercury_window zero{0, 20, 0};
+    CHECK(mercury_sanitize(&zero, 1000));
+    CHECK(zero.cwnd == 2);
+
+    mercury_window huge{4'000'000, 0, 0};
+    CHECK(mercury_sanitize(&huge, 1000));
+    CHECK(huge.cwnd == 1000);
+    CHECK(huge.ssthresh == 2);
+}

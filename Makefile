@@ -1,0 +1,58 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# Mercury: top-level build. `make` builds the module and user space;
+# `make test` installs what it needs and runs every test; `make demo` runs the
+# main job. See README.md.
+
+BUILD   ?= build
+USER    := $(BUILD)/user
+KO      := kmod/tcp_mercury.ko
+INITRD  := $(BUILD)/initramfs.cpio.gz
+JOBS    ?= $(shell nproc)
+
+.PHONY: all deps kmod user test unit vmtest bench-cc demo install clean guest
+
+all: kmod user
+
+deps:
+	scripts/install-deps.sh
+
+guest: deps
+	scripts/fetch-guest-kernel.sh >/dev/null
+
+kmod:
+	$(MAKE) -C kmod
+
+user:
+	cmake -S . -B $(USER) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(USER) -j$(JOBS)
+
+$(INITRD): kmod user guest
+	scripts/vm/build-initramfs.sh $@ $(KO) $(USER)/guest-bin
+
+# Unit tests only (no VM).
+unit: user
+	cd $(USER) && ctest --output-on-failure
+
+# The module on a real kernel under qemu.
+vmtest: $(INITRD)
+	scripts/vm/run.sh tests $(INITRD)
+
+# Everything, from a fresh machine: install, build, unit + VM tests.
+test: deps
+	scripts/run-tests.sh
+
+bench-cc: $(INITRD)
+	scripts/vm/run.sh bench-cc $(INITRD)
+
+demo: deps
+	$(MAKE) $(INITRD)
+	scripts/vm/run.sh demo $(INITRD)
+
+install: all
+	$(MAKE) -C kmod install
+	cmake --install $(USER)
+
+clean:
+	$(MAKE) -C kmod clean
+	rm -rf $(BUILD)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Installs everything Mercury needs to build and test on Debian 12, idempotently:
+# build tools, user-space libraries, qemu, and the Debian 6.1 cloud kernel headers
+# the module is built against. The matching kernel *image* for the test VM is fetched
+# by scripts/fetch-guest-kernel.sh (not installed: that would pull in initramfs-tools).
+set -euo pipefail
+
+PKGS=(
+	build-essential make cmake pkg-config git
+	libnl-3-dev libnl-genl-3-dev libboost-dev catch2
+	qemu-system-x86 busybox-static cpio kmod iproute2
+	linux-headers-cloud-amd64
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+	echo "install-deps: all packages present"
+	exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "install-deps: need root to install: ${missing[*]}" >&2
+	exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"

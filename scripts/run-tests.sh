@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# `make test`: build everything, run the unit tests (ctest) and the VM tests
+# (tcp_mercury in Debian's 6.1 kernel under qemu), and close with one
+# "total: N passed, M failed" line. Exit non-zero on any failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+passed=0 failed=0
+
+step() { echo; echo "=== $*"; }
+
+step "build: module (W=1) and user space (-Wall -Wextra -Werror)"
+if ! make --no-print-directory kmod user; then
+	echo "total: 0 passed, 1 failed"
+	exit 1
+fi
+
+step "unit tests (ctest)"
+ctest_log=$(mktemp)
+(cd "$BUILD/user" && ctest --output-on-failure) | tee "$ctest_log"
+# "100% tests passed, 0 tests failed out of 15"
+unit_total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$ctest_log")
+unit_failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed.*/\1/p' "$ctest_log")
+if [ -z "$unit_total" ]; then
+	unit_total=1 unit_failed=1
+	echo "FAIL unit: ctest did not report"
+fi
+passed=$((passed + unit_total - unit_failed))
+failed=$((failed + unit_failed))
+rm -f "$ctest_log"
+
+step "VM tests: tcp_mercury in Debian's 6.1 cloud kernel under qemu"
+vm_log="$BUILD/vm-tests.log"
+make --no-print-directory vmtest
+vm_passed=$(grep -c '^PASS ' "$vm_log" 2>/dev/null || true)
+vm_failed=$(grep -c '^FAIL ' "$vm_log" 2>/dev/null || true)
+if ! grep -q '^MERCURY-VM-DONE' "$vm_log" 2>/dev/null; then
+	vm_failed=$((vm_failed + 1))
+fi
+passed=$((passed + vm_passed))
+failed=$((failed + vm_failed))
+
+echo
+echo "total: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

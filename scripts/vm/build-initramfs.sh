@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Builds the test VM's initramfs: busybox, iproute2 (ip, tc, ss) with the
+# libraries ldd lists, the guest kernel's veth/tbf/htb/bridge modules,
+# tcp_mercury.ko, the project's static binaries and tests/vm/.
+#
+# usage: build-initramfs.sh OUT.cpio.gz KO BIN_DIR...
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+out=$1 ko=$2
+shift 2
+
+rel=$("$top/scripts/guest-kernel.sh")
+guest=$("$top/scripts/fetch-guest-kernel.sh")
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+
+mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,run,tmp,etc,var} \
+	"$root/lib/modules/$rel/extra" "$root/mercury/bin"
+ln -s ../run "$root/var/run"
+
+cp /bin/busybox "$root/bin/busybox"
+for applet in $(/bin/busybox --list); do
+	[ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
+done
+
+copy_with_libs() {	# copy a dynamic binary and what it loads
+	local bin=$1 dest=$2 lib
+	cp "$bin" "$root$dest"
+	for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
+		mkdir -p "$root$(dirname "$lib")"
+		cp -L "$lib" "$root$lib"
+	done
+}
+for tool in ip tc ss; do
+	copy_with_libs "$(command -v $tool)" "/usr/sbin/$tool"
+done
+
+# Guest modules in dependency order; insmod'ed by /init. tcp_diag: ss -ti.
+: >"$root/etc/mercury-modules"
+for m in veth sch_tbf sch_htb bridge tcp_diag; do
+	modprobe -S "$rel" -d "$guest/root" --show-depends "$m" | awk '$1 == "insmod" { print $2 }' |
+	while read -r path; do
+		dest="/lib/modules/$rel/${path#*/lib/modules/$rel/}"
+		if [ ! -e "$root$dest" ]; then
+			mkdir -p "$root$(dirname "$dest")"
+			cp "$path" "$root$dest"
+			echo "$dest" >>"$root/etc/mercury-modules"
+		fi
+	done
+done
+cp "$guest/root/lib/modules/$rel"/modules.{order,builtin,builtin.modinfo} "$root/lib/modules/$rel/"
+cp "$ko" "$root/lib/modules/$rel/extra/"
+depmod -b "$root" "$rel"
+
+for dir in "$@"; do
+	cp "$dir"/* "$root/mercury/bin/"
+done
+cp -r "$top/tests/vm" "$root/mercury/tests"
+cp "$top/tests/vm/guest-init.sh" "$root/init"
+chmod +x "$root/init"
+
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$out"

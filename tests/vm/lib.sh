@@ -1,0 +1,193 @@
+# SPDX-License-Identifier: GPL-2.0
+# Helpers for the guest-side VM tests (busybox sh). Sourced by suites.
+#
+# iproute2 by full path: busybox's sh prefers its own `ip` applet.
+IP=/usr/sbin/ip
+TC=/usr/sbin/tc
+SS=/usr/sbin/ss
+PORT=5201
+# Bottleneck rate: TCG's veth tops out near 1 Gbit/s; stay far below.
+RATE=${RATE:-50mbit}
+
+PASSED=0
+FAILED=0
+CURRENT=""
+
+pass() {
+	echo "PASS $1${2:+  # $2}"
+	PASSED=$((PASSED + 1))
+}
+
+fail() {
+	echo "FAIL $1: $2"
+	FAILED=$((FAILED + 1))
+}
+
+# expect NAME DETAIL CONDITION... : pass if the command succeeds.
+expect() {
+	local name=$1 detail=$2
+	shift 2
+	if "$@"; then pass "$name" "$detail"; else fail "$name" "$detail"; fi
+}
+
+# Kernel log since the last check must hold no warning, bug, oops or leak.
+KERNEL_BAD='WARNING:|BUG:|Oops|general protection|Call Trace|refcount_t|still has objects|kmemleak|UBSAN|KASAN|list_add corruption|list_del corruption|INFO: task .* blocked'
+kernel_clean() {
+	local out
+	out=$(dmesg -c 2>/dev/null | grep -E "$KERNEL_BAD")
+	if [ -n "$out" ]; then
+		fail "$1/dmesg" "$(echo "$out" | head -3 | tr '\n' ' ')"
+		return 1
+	fi
+	return 0
+}
+
+# Float helpers (busybox awk).
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
+mul() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a * b }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b <= 0) b = 1; printf "%.2f", a / b }'; }
+
+# result_field FILE KEY: KEY=value from mercury-flow's "result" line.
+result_field() {
+	sed -n "s/^result .*[ ]$2=\([^ ]*\).*/\1/p" "$1" | tail -1
+}
+
+# connected_field FILE KEY: from the "connected" line, waiting for it.
+connected_field() {
+	local i=0
+	while ! grep -q '^connected ' "$1" 2>/dev/null; do
+		i=$((i + 1))
+		[ $i -gt 100 ] && return 1
+		sleep 0.05
+	done
+	sed -n "s/^connected .*[ ]$2=\([^ ]*\).*/\1/p" "$1" | head -1
+}
+
+# first_t/last_t FILE: time (ms) of the first/last sample.
+first_t() { awk '/^sample/ { for (i = 1; i <= NF; i++) if ($i ~ /^t_ms=/) { sub("t_ms=", "", $i); print $i; exit } }' "$1"; }
+last_t() { awk '/^sample/ { for (i = 1; i <= NF; i++) if ($i ~ /^t_ms=/) { sub("t_ms=", "", $i); t = $i } } END { print t }' "$1"; }
+
+# rate FILE T0 T1: bytes acked per ms between two times, from samples.
+rate() {
+	awk -v t0="$2" -v t1="$3" '
+	/^sample/ {
+		for (i = 1; i <= NF; i++) {
+			if ($i ~ /^t_ms=/) { t = $i; sub("t_ms=", "", t) }
+			if ($i ~ /^acked=/) { a = $i; sub("acked=", "", a) }
+		}
+		if (t + 0 <= t0 + 0) a0 = a
+		if (t + 0 <= t1 + 0) a1 = a
+	}
+	END { if (t1 <= t0) { print 0; exit } printf "%.1f", (a1 - a0) / (t1 - t0) }' "$1"
+}
+
+in_ns() {
+	local ns=$1
+	shift
+	$IP netns exec "$ns" "$@"
+}
+
+set_default_cc() {	# set_default_cc NS CC
+	in_ns "$1" sh -c "echo $2 >/proc/sys/net/ipv4/tcp_congestion_control"
+}
+
+# Same host: sender h1 -- receiver h2, rate limit on h1's own egress
+# (the NIC is the bottleneck; TCP Small Queues keep losses rare).
+topo_same_host() {
+	$IP netns add h1
+	$IP netns add h2
+	$IP link add v1 netns h1 type veth peer name v2 netns h2
+	$IP -n h1 addr add 10.0.0.1/24 dev v1
+	$IP -n h2 addr add 10.0.0.2/24 dev v2
+	for ns in h1 h2; do $IP -n $ns link set lo up; done
+	$IP -n h1 link set v1 up
+	$IP -n h2 link set v2 up
+	$TC -n h1 qdisc add dev v1 root tbf rate "$RATE" burst 20kb latency 30ms
+	$TC -n h2 qdisc add dev v2 root tbf rate "$RATE" burst 20kb latency 30ms
+	start_server h2
+	SERVER=10.0.0.2:$PORT
+}
+
+# Incast: senders a and b -> router r -> receiver s, rate limit on r's
+# egress toward s (a router queue: loss- and delay-based control work).
+topo_incast() {
+	local i=1 ns
+	for ns in a b r s; do
+		$IP netns add $ns
+		$IP -n $ns link set lo up
+	done
+	for ns in a b s; do
+		$IP link add "r$ns" netns r type veth peer name eth0 netns $ns
+		$IP -n r addr add "10.1.$i.1/24" dev "r$ns"
+		$IP -n $ns addr add "10.1.$i.2/24" dev eth0
+		$IP -n r link set "r$ns" up
+		$IP -n $ns link set eth0 up
+		$IP -n $ns route add default via "10.1.$i.1"
+		i=$((i + 1))
+	done
+	in_ns r sh -c 'echo 1 >/proc/sys/net/ipv4/ip_forward'
+	$TC -n r qdisc add dev rs root tbf rate "$RATE" burst 20kb latency 30ms
+	start_server s
+	SERVER=10.1.3.2:$PORT
+}
+
+start_server() {
+	in_ns "$1" mercury-flow server --port $PORT >/dev/null 2>&1 &
+	local i=0
+	while ! in_ns "$1" $SS -ltn 2>/dev/null | grep -q ":$PORT "; do
+		i=$((i + 1))
+		[ $i -gt 100 ] && { echo "INFO server in $1 did not start"; return 1; }
+		sleep 0.05
+	done
+}
+
+# Tear down every namespace (servers die with them).
+topo_clear() {
+	local ns
+	for ns in $($IP netns list | awk '{ print $1 }'); do
+		for pid in $($IP netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+		$IP netns del "$ns"
+	done
+	FLOW_PIDS=""
+	rm -f /tmp/flow-*
+}
+
+# flow NS LABEL ARGS...: run a client in the background into /tmp/flow-LABEL.
+FLOW_PIDS=""
+flow() {
+	local ns=$1 label=$2
+	shift 2
+	in_ns "$ns" mercury-flow client --connect "$SERVER" --label "$label" "$@" >"/tmp/flow-$label" 2>&1 &
+	FLOW_PIDS="$FLOW_PIDS $!"
+}
+
+# Wait for the clients started by flow() (not the servers).
+wait_flows() {
+	local pid
+	for pid in $FLOW_PIDS; do wait "$pid"; done
+	FLOW_PIDS=""
+}
+
+ctl() {	# ctl NS ARGS...: mercuryctl in a namespace
+	local ns=$1
+	shift
+	in_ns "$ns" mercuryctl "$@"
+}
+
+stat_of() {	# stat_of NS NAME
+	ctl "$1" stats | awk -v k="$2" '$1 == k { print $2 }'
+}
+
+# run_test NAME: run test_NAME with a clean slate and a kernel-log check.
+run_test() {
+	CURRENT=$1
+	echo "== $1"
+	"test_$1"
+	topo_clear
+	kernel_clean "$1"
+}
+
+summary() {
+	echo "vm: $PASSED passed, $FAILED failed"
+	[ "$FAILED" -eq 0 ]
+}

@@ -65,14 +65,18 @@ pair() {
 	local cc=$1 topo=$2 ns x y t
 	if [ "$topo" = same_host ]; then ns=h1; else ns=a; fi
 	"topo_$topo"
+	local q0
+	q0=$(bottleneck_bytes)
 	flow $ns p1 --cc "$cc" --seconds 5
 	flow $ns p2 --cc "$cc" --seconds 5
 	wait_flows
 	x=$(result_field /tmp/flow-p1 acked)
 	y=$(result_field /tmp/flow-p2 acked)
 	[ "$x" -lt "$y" ] && { t=$x; x=$y; y=$t; }
-	printf 'BENCH fairness %-9s %-7s split=%s util=%s retrans=%s\n' "$topo" "$cc" "$(ratio "$x" "$y")" \
+	# Utilisation two ways: payload acked, and wire bytes through the limiter.
+	printf 'BENCH fairness %-9s %-7s split=%-6s util=%s wire_util=%s retrans=%s\n' "$topo" "$cc" "$(ratio "$x" "$y")" \
 		"$(awk -v a="$x" -v b="$y" -v l=$LINK 'BEGIN { printf "%.2f", (a + b) / 5000 / l }')" \
+		"$(awk -v q="$(bottleneck_bytes)" -v q0="$q0" -v l=$LINK 'BEGIN { printf "%.2f", (q - q0) / 5000 / l }')" \
 		$(($(result_field /tmp/flow-p1 retrans) + $(result_field /tmp/flow-p2 retrans)))
 	topo_clear
 }

@@ -131,6 +131,15 @@ topo_incast() {
 	SERVER=10.1.3.2:$PORT
 }
 
+# bottleneck_bytes: bytes the rate limiter of the current topology has sent.
+bottleneck_bytes() {
+	if $IP netns list | grep -q '^r\b'; then
+		$TC -n r -s qdisc show dev rs
+	else
+		$TC -n h1 -s qdisc show dev v1
+	fi | awk '/Sent/ { print $2; exit }'
+}
+
 start_server() {
 	in_ns "$1" mercury-flow server --port $PORT >/dev/null 2>&1 &
 	local i=0

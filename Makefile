@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod user test unit vmtest bench-cc demo install clean guest
+.PHONY: all deps kmod user test unit vmtest fuzz bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -38,12 +38,19 @@ unit: user
 vmtest: $(INITRD)
 	scripts/vm/run.sh tests $(INITRD)
 
+# The agent protocol decoder under libFuzzer for a bounded time.
+fuzz:
+	scripts/fuzz.sh $(or $(FUZZ_SECONDS),60)
+
 # Everything, from a fresh machine: install, build, unit + VM tests.
 test: deps
 	scripts/run-tests.sh
 
 bench-cc: $(INITRD)
 	scripts/vm/run.sh bench-cc $(INITRD)
+
+bench-agent: $(INITRD)
+	scripts/vm/run.sh bench-agent $(INITRD)
 
 demo: deps
 	$(MAKE) $(INITRD)

@@ -9,7 +9,8 @@ set -euo pipefail
 
 PKGS=(
 	build-essential make cmake pkg-config git
-	libnl-3-dev libnl-genl-3-dev libboost-dev catch2
+	libnl-3-dev libnl-genl-3-dev libboost-dev catch2 python3
+	clang-14 libclang-rt-14-dev
 	qemu-system-x86 busybox-static cpio kmod iproute2
 	linux-headers-cloud-amd64
 )

@@ -31,6 +31,14 @@ passed=$((passed + unit_total - unit_failed))
 failed=$((failed + unit_failed))
 rm -f "$ctest_log"
 
+step "fuzzing the agent protocol decoder (libFuzzer, bounded)"
+if fuzz_out=$(scripts/fuzz.sh "${MERCURY_FUZZ_SECONDS:-30}"); then
+	passed=$((passed + 1))
+else
+	failed=$((failed + 1))
+fi
+echo "$fuzz_out"
+
 step "VM tests: tcp_mercury in Debian's 6.1 cloud kernel under qemu"
 vm_log="$BUILD/vm-tests.log"
 make --no-print-directory vmtest

@@ -11,8 +11,13 @@
 #include <string_view>
 #include <vector>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include "genl_client.hpp"
 #include "mercury/uapi.h"
+#include "protocol/wire.hpp"
 
 namespace {
 
@@ -36,13 +41,15 @@ Commands (act on the caller's network namespace):
   flush                                      remove every entry
   params [NAME=VALUE ...]                    show, or set, parameters
   stats                                      show counters
+  status [--socket PATH]                     ask mercuryd: jobs, learned timings,
+                                             ranks and weights per layer
 
 FLOW is --cookie N (getsockopt SO_COOKIE) or LOCAL REMOTE as the local socket
 sees them, e.g. 10.0.0.1:40000 10.0.0.2:5201 or [fd00::1]:40000 [fd00::2]:5201.
 RANK is 0..7, lower is more urgent. WEIGHT is 1..1024; 16 is one Reno flow.
 
 Exit status: 0 ok, 1 the kernel refused (reason printed), 2 usage error,
-3 tcp_mercury is not loaded.
+3 tcp_mercury is not loaded (or, for status, mercuryd is not running).
 )";
 
 struct UsageError {
@@ -245,6 +252,55 @@ int cmd_params(GenlClient& nl, Args& args, bool json)
     return kExitOk;
 }
 
+// Asks mercuryd over its Unix socket; the daemon renders the document.
+int cmd_status(Args& args, bool json)
+{
+    std::string path = std::getenv("MERCURY_SOCKET") ? std::getenv("MERCURY_SOCKET") : "/run/mercury/mercuryd.sock";
+    if (args.take_flag("--socket"))
+        path = args.next("socket path");
+    args.expect_end();
+
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+        std::cerr << "mercuryctl: cannot reach mercuryd at " << path << ": " << std::strerror(errno) << "\n";
+        if (fd >= 0)
+            ::close(fd);
+        return kExitNoModule;
+    }
+    const timeval timeout{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    const auto request = mercury::proto::encode(
+        mercury::proto::StatusRequest{json ? mercury::proto::StatusFormat::kJson : mercury::proto::StatusFormat::kText});
+    std::vector<uint8_t> buf;
+    int rc = kExitRefused;
+    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+        uint8_t chunk[65536];
+        for (;;) {
+            const auto d = mercury::proto::decode(buf);
+            if (d.status == mercury::proto::DecodeStatus::kOk) {
+                if (const auto* reply = std::get_if<mercury::proto::StatusReply>(&d.message)) {
+                    std::cout << reply->document << (json ? "\n" : "");
+                    rc = kExitOk;
+                }
+                break;
+            }
+            if (d.status != mercury::proto::DecodeStatus::kNeedMore)
+                break;
+            const ssize_t n = ::recv(fd, chunk, sizeof(chunk), 0);
+            if (n <= 0)
+                break;
+            buf.insert(buf.end(), chunk, chunk + n);
+        }
+    }
+    ::close(fd);
+    if (rc != kExitOk)
+        std::cerr << "mercuryctl: no status reply from mercuryd at " << path << "\n";
+    return rc;
+}
+
 int run(Args& args, bool json)
 {
     const std::string cmd = args.next("command");
@@ -252,6 +308,8 @@ int run(Args& args, bool json)
         std::cout << kUsage;
         return kExitOk;
     }
+    if (cmd == "status")
+        return cmd_status(args, json);
 
     std::unique_ptr<GenlClient> nl;
     if (const Status s = GenlClient::open(nl); !s) {
@@ -306,8 +364,16 @@ int run(Args& args, bool json)
 
 int main(int argc, char** argv)
 {
-    Args args(argc, argv);
-    const bool json = args.take_flag("--json");
+    // --json may stand anywhere on the line.
+    std::vector<char*> rest{argv[0]};
+    bool json = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::string_view(argv[i]) == "--json")
+            json = true;
+        else
+            rest.push_back(argv[i]);
+    }
+    Args args(static_cast<int>(rest.size()), rest.data());
     try {
         if (args.empty()) {
             std::cerr << kUsage;

@@ -5,6 +5,7 @@
 # namespaces, unload. Every check compares flows measured side by side in
 # the same run; none asserts an absolute speed.
 . ./lib.sh
+. ./agent_tests.sh
 
 KO=/lib/modules/$(uname -r)/extra/tcp_mercury.ko
 SYS=/sys/module/tcp_mercury/parameters
@@ -202,9 +203,9 @@ test_flow_entries() {
 
 test_expiry() {
 	topo_same_host
-	ctl h1 tag set 7 1 --ttl 500
-	flow h1 exp --cc mercury --prio 7 --seconds 3
-	sleep 0.3
+	ctl h1 tag set 7 1 --ttl 1500
+	flow h1 exp --cc mercury --prio 7 --seconds 4
+	connected_field /tmp/flow-exp cookie >/dev/null
 	local early
 	early=$(in_ns h1 $SS -tin | grep -o 'ce_state:[0-9]*' | head -1)
 	wait_flows
@@ -272,8 +273,12 @@ test_netns_delete() {
 }
 
 test_unload() {
+	# A netns other than init_net may only default to an allowed CC.
+	echo "reno cubic mercury" >/proc/sys/net/ipv4/tcp_allowed_congestion_control
 	$IP netns add u
 	set_default_cc u mercury
+	expect unload/netns-default-set "netns u default: $(in_ns u cat /proc/sys/net/ipv4/tcp_congestion_control)" \
+		[ "$(in_ns u cat /proc/sys/net/ipv4/tcp_congestion_control)" = mercury ]
 	rmmod tcp_mercury 2>/dev/null
 	expect unload/busy-while-default "rmmod refused while a netns default uses it" [ -d /sys/module/tcp_mercury ]
 	$IP netns del u
@@ -283,13 +288,15 @@ test_unload() {
 		sleep 0.1
 		i=$((i + 1))
 	done
-	expect unload/rmmod "rmmod once nothing uses it" [ ! -d /sys/module/tcp_mercury ]
+	expect unload/rmmod "rmmod once nothing uses it (refcnt $(cat /sys/module/tcp_mercury/refcnt 2>/dev/null))" \
+		[ ! -d /sys/module/tcp_mercury ]
 }
 
 dmesg -c >/dev/null
 for t in module_params autoload select_sysctl select_socket fair_untagged precedence_same_host \
 	weights cross_host retag_midflight flow_entries expiry starvation_guard ss_info \
-	netlink_bad_input netns_delete unload; do
+	netlink_bad_input netns_delete \
+	agent_priorities agent_restart agent_module_reload agent_config unload; do
 	run_test $t
 done
 kernel_clean final && pass vm/kernel-log "no WARNING/BUG/Oops/leak in dmesg"

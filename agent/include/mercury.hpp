@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: GPL-2.0
+// C++ RAII wrapper over libmercury's C ABI (mercury.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mercury.h"
+
+namespace mercury {
+
+class Client {
+public:
+    Client(const std::string& job, uint32_t worker_rank, const char* socket_path = nullptr)
+        : client_(mercury_open(socket_path, job.c_str(), worker_rank))
+    {
+    }
+
+    bool valid() const { return client_ != nullptr; }
+    bool connected() const { return client_ && mercury_connected(client_.get()); }
+
+    int declare_model(const std::vector<std::string>& names, const std::vector<uint64_t>& param_bytes)
+    {
+        std::vector<const char*> c_names;
+        for (const auto& n : names)
+            c_names.push_back(n.c_str());
+        if (names.size() != param_bytes.size())
+            return MERCURY_E_INVAL;
+        return mercury_declare_model(client_.get(), static_cast<uint32_t>(names.size()), c_names.data(),
+                                     param_bytes.data());
+    }
+    int report_timings(uint64_t iteration, const std::vector<uint32_t>& forward_us,
+                       const std::vector<uint32_t>& backward_us)
+    {
+        if (forward_us.size() != backward_us.size())
+            return MERCURY_E_INVAL;
+        return mercury_report_timings(client_.get(), iteration, static_cast<uint32_t>(forward_us.size()),
+                                      forward_us.data(), backward_us.data());
+    }
+    int register_socket(uint32_t layer, int fd) { return mercury_register_socket(client_.get(), layer, fd); }
+    int begin_iteration(uint64_t iteration) { return mercury_begin_iteration(client_.get(), iteration); }
+
+private:
+    struct Closer {
+        void operator()(mercury_client* c) const { mercury_close(c); }
+    };
+    std::unique_ptr<mercury_client, Closer> client_;
+};
+
+}  // namespace mercury

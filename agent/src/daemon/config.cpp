@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: GPL-2.0
+#include "daemon/config.hpp"
+
+#include <charconv>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+namespace mercury {
+
+namespace {
+
+constexpr const char* kHelp = R"(usage: mercuryd [OPTIONS]
+
+Per-worker agent of Mercury: learns per-layer compute timings from trainers
+(libmercury) and pushes per-connection priorities into tcp_mercury.ko.
+Runs in the foreground; logs to stderr. SIGTERM/SIGINT stop, SIGHUP reloads
+the config file (log_level, entry_ttl_ms, check_ms).
+
+Options (each may also be a `key = value` line in the config file; flags win):
+  --config FILE        config file (default: none)
+  --socket PATH        trainers' Unix socket (default /run/mercury/mercuryd.sock)
+  --socket-mode MODE   octal permissions of the socket (default 0660)
+  --socket-group NAME  group owning the socket (default: the daemon's)
+  --entry-ttl-ms N     lifetime of kernel entries, refreshed at 1/3 (default 10000)
+  --check-ms N         how often to check on the module (default 1000)
+  --log-level LEVEL    debug, info, warn or error (default info)
+  --help               this text
+)";
+
+using Settings = std::map<std::string, std::string>;
+
+bool to_unsigned(const std::string& text, unsigned& out, int base = 10)
+{
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out, base);
+    return ec == std::errc{} && end == text.data() + text.size();
+}
+
+// Applies one setting; returns an error message or "".
+std::string apply(Config& c, const std::string& key, const std::string& value)
+{
+    unsigned n = 0;
+    if (key == "socket") {
+        if (value.empty() || value.front() != '/')
+            return "socket must be an absolute path";
+        c.socket.path = value;
+    } else if (key == "socket_mode") {
+        if (!to_unsigned(value, n, 8) || n > 0777)
+            return "socket_mode must be octal permissions such as 0660";
+        c.socket.mode = n;
+    } else if (key == "socket_group") {
+        c.socket.group = value;
+    } else if (key == "entry_ttl_ms") {
+        if (!to_unsigned(value, n) || n < 300 || n > 3600000)
+            return "entry_ttl_ms must be 300..3600000";
+        c.kernel.ttl_ms = n;
+    } else if (key == "check_ms") {
+        if (!to_unsigned(value, n) || n < 50 || n > 60000)
+            return "check_ms must be 50..60000";
+        c.kernel.check_ms = n;
+    } else if (key == "log_level") {
+        if (!parse_log_level(value, c.log_level))
+            return "log_level must be debug, info, warn or error";
+    } else {
+        return "unknown setting '" + key + "'";
+    }
+    return "";
+}
+
+std::string trim(const std::string& s)
+{
+    const auto b = s.find_first_not_of(" \t\r");
+    const auto e = s.find_last_not_of(" \t\r");
+    return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+std::string read_file(const std::string& path, Settings& out)
+{
+    std::ifstream in(path);
+    if (!in)
+        return "cannot read config file " + path;
+    std::string line;
+    for (int lineno = 1; std::getline(in, line); ++lineno) {
+        line = trim(line.substr(0, line.find('#')));
+        if (line.empty())
+            continue;
+        const auto eq = line.find('=');
+        if (eq == std::string::npos)
+            return path + ":" + std::to_string(lineno) + ": expected key = value";
+        out[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+    }
+    return "";
+}
+
+// Flags as settings ("--socket-mode" -> "socket_mode"); "help" when asked.
+std::string parse_flags(const std::vector<std::string>& args, Settings& out, std::string& config_file, bool& help)
+{
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--help" || a == "-h") {
+            help = true;
+            return "";
+        }
+        if (a.rfind("--", 0) != 0)
+            return "unexpected argument '" + a + "'";
+        std::string key = a.substr(2), value;
+        const auto eq = key.find('=');
+        if (eq != std::string::npos) {
+            value = key.substr(eq + 1);
+            key = key.substr(0, eq);
+        } else if (i + 1 < args.size()) {
+            value = args[++i];
+        } else {
+            return "missing value for " + a;
+        }
+        for (char& ch : key)
+            ch = ch == '-' ? '_' : ch;
+        if (key == "config")
+            config_file = value;
+        else
+            out[key] = value;
+    }
+    return "";
+}
+
+std::string build(const std::vector<std::string>& args, Config& c, bool& help)
+{
+    Settings flags, file;
+    std::string config_file;
+    if (auto err = parse_flags(args, flags, config_file, help); !err.empty() || help)
+        return err;
+    if (!config_file.empty())
+        if (auto err = read_file(config_file, file); !err.empty())
+            return err;
+    c.config_file = config_file;
+    for (const auto* settings : {&file, &flags})
+        for (const auto& [k, v] : *settings)
+            if (auto err = apply(c, k, v); !err.empty())
+                return err;
+    return "";
+}
+
+}  // namespace
+
+ConfigResult load_config(const std::vector<std::string>& args)
+{
+    Config c;
+    bool help = false;
+    const std::string err = build(args, c, help);
+    if (help) {
+        std::cout << kHelp;
+        return {std::nullopt, 0};
+    }
+    if (!err.empty()) {
+        std::cerr << "mercuryd: " << err << " (see mercuryd --help)\n";
+        return {std::nullopt, 2};
+    }
+    return {c, 0};
+}
+
+std::string reload_config(Config& current, const std::vector<std::string>& args)
+{
+    Config fresh;
+    bool help = false;
+    if (auto err = build(args, fresh, help); !err.empty())
+        return err;
+    // The socket stays where it is until a restart.
+    fresh.socket = current.socket;
+    current = fresh;
+    return "";
+}
+
+}  // namespace mercury

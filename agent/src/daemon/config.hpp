@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: GPL-2.0
+// mercuryd's configuration: a file of `key = value` lines (see
+// agent/mercuryd.conf) overridden by command-line flags of the same names.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/kernel_sync.hpp"
+#include "daemon/log.hpp"
+#include "daemon/trainer_server.hpp"
+
+namespace mercury {
+
+struct Config {
+    std::string config_file;  // empty: none
+    SocketOptions socket;
+    KernelSyncOptions kernel;
+    LogLevel log_level = LogLevel::kInfo;
+};
+
+struct ConfigResult {
+    std::optional<Config> config;  // nullopt: error (or --help) already handled
+    int exit_code = 0;             // when config is nullopt
+};
+
+// Parses flags and the config file they name. Prints --help or a clear error.
+ConfigResult load_config(const std::vector<std::string>& args);
+
+// Re-reads @current.config_file (SIGHUP). Returns an error message, empty on success.
+std::string reload_config(Config& current, const std::vector<std::string>& args);
+
+}  // namespace mercury

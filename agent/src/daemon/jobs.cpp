@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: GPL-2.0
+#include "daemon/jobs.hpp"
+
+#include <cerrno>
+#include <cstdio>
+
+namespace mercury {
+
+namespace {
+
+std::string json_string(const std::string& s)
+{
+    std::string out = "\"";
+    for (unsigned char c : s) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += static_cast<char>(c);
+        } else if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+            out += buf;
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    return out + "\"";
+}
+
+}  // namespace
+
+Job* JobRegistry::find(uint32_t session)
+{
+    const auto it = jobs_.find(session);
+    return it == jobs_.end() ? nullptr : &it->second;
+}
+
+int JobRegistry::open(uint32_t session, const proto::Hello& hello, uint32_t uid)
+{
+    if (hello.job.empty())
+        return EINVAL;
+    if (jobs_.count(session))
+        return EALREADY;
+    Job job;
+    job.name = hello.job;
+    job.worker_rank = hello.worker_rank;
+    job.pid = hello.pid;
+    job.uid = uid;
+    jobs_.emplace(session, std::move(job));
+    return 0;
+}
+
+int JobRegistry::set_model(uint32_t session, const proto::Model& model)
+{
+    Job* job = find(session);
+    if (!job)
+        return EPROTO;
+    if (model.layers.empty())
+        return EINVAL;
+    // A new model invalidates what was learned and registered for the old one.
+    for (const auto& [layer, key] : job->flows)
+        kernel_.remove(key);
+    job->flows.clear();
+    job->model = model;
+    job->timings = LayerTimings(model.layers.size());
+    publish(*job);
+    return 0;
+}
+
+int JobRegistry::add_timings(uint32_t session, const proto::Timings& timings)
+{
+    Job* job = find(session);
+    if (!job || job->model.layers.empty())
+        return EPROTO;
+    if (!job->timings.add(timings.forward_us, timings.backward_us))
+        return EINVAL;
+    ++job->timing_reports;
+    publish(*job);
+    return 0;
+}
+
+int JobRegistry::register_flow(uint32_t session, uint32_t layer, const FlowKey& key)
+{
+    Job* job = find(session);
+    if (!job || job->model.layers.empty())
+        return EPROTO;
+    if (layer >= job->model.layers.size())
+        return EINVAL;
+    // A connection belongs to one job and one layer: the latest claim wins.
+    for (auto& [other_session, other] : jobs_)
+        for (auto it = other.flows.begin(); it != other.flows.end();)
+            it = it->second == key ? other.flows.erase(it) : std::next(it);
+    job->flows.emplace(layer, key);
+    publish(*job);
+    return 0;
+}
+
+int JobRegistry::begin_iteration(uint32_t session, uint64_t iteration)
+{
+    Job* job = find(session);
+    if (!job)
+        return EPROTO;
+    job->iteration = iteration;
+    return 0;
+}
+
+void JobRegistry::close(uint32_t session)
+{
+    Job* job = find(session);
+    if (!job)
+        return;
+    for (const auto& [layer, key] : job->flows)
+        kernel_.remove(key);
+    jobs_.erase(session);
+    kernel_.flush();
+}
+
+void JobRegistry::publish(Job& job)
+{
+    job.priorities = compute_priorities(job.timings, job.model.layers.size());
+    for (const auto& [layer, key] : job.flows) {
+        const auto& p = job.priorities[layer];
+        kernel_.set(key, EntryValue{p.rank, p.weight});
+    }
+    kernel_.flush();
+}
+
+std::string JobRegistry::status_json() const
+{
+    const auto k = kernel_.stats();
+    std::string out = "{\"protocol\":" + std::to_string(proto::kVersion) + ",\"kernel\":{\"connected\":" +
+                      (k.connected ? "true" : "false") + ",\"entries\":" + std::to_string(k.entries) +
+                      ",\"pushes\":" + std::to_string(k.pushes) + ",\"errors\":" + std::to_string(k.errors) +
+                      ",\"reconnects\":" + std::to_string(k.reconnects) + "},\"jobs\":[";
+    bool first_job = true;
+    for (const auto& [session, job] : jobs_) {
+        out += first_job ? "" : ",";
+        first_job = false;
+        out += "{\"session\":" + std::to_string(session) + ",\"job\":" + json_string(job.name) +
+               ",\"worker\":" + std::to_string(job.worker_rank) + ",\"pid\":" + std::to_string(job.pid) +
+               ",\"iteration\":" + std::to_string(job.iteration) +
+               ",\"timing_reports\":" + std::to_string(job.timing_reports) + ",\"layers\":[";
+        for (size_t i = 0; i < job.model.layers.size(); ++i) {
+            const auto& p = job.priorities[i];
+            out += i ? "," : "";
+            out += "{\"name\":" + json_string(job.model.layers[i].name) +
+                   ",\"param_bytes\":" + std::to_string(job.model.layers[i].param_bytes) +
+                   ",\"forward_us\":" + std::to_string(job.timings.forward_us(i)) +
+                   ",\"backward_us\":" + std::to_string(job.timings.backward_us(i)) +
+                   ",\"deadline_us\":" + std::to_string(p.deadline_us) + ",\"rank\":" + std::to_string(p.rank) +
+                   ",\"weight\":" + std::to_string(p.weight) + ",\"flows\":[";
+            bool first_flow = true;
+            const auto [lo, hi] = job.flows.equal_range(static_cast<uint32_t>(i));
+            for (auto it = lo; it != hi; ++it) {
+                out += first_flow ? "" : ",";
+                first_flow = false;
+                out += json_string(it->second.to_string());
+            }
+            out += "]}";
+        }
+        out += "]}";
+    }
+    return out + "]}";
+}
+
+std::string JobRegistry::status_text() const
+{
+    const auto k = kernel_.stats();
+    std::string out = std::string("kernel: ") + (k.connected ? "connected" : "NOT CONNECTED (tcp_mercury loaded?)") +
+                      ", " + std::to_string(k.entries) + " entries, " + std::to_string(k.pushes) + " pushes, " +
+                      std::to_string(k.errors) + " errors\n";
+    if (jobs_.empty())
+        out += "no trainers connected\n";
+    for (const auto& [session, job] : jobs_) {
+        out += "\njob " + job.name + " worker " + std::to_string(job.worker_rank) + " pid " +
+               std::to_string(job.pid) + ": iteration " + std::to_string(job.iteration) + ", " +
+               std::to_string(job.timing_reports) + " timing reports\n";
+        char line[256];
+        std::snprintf(line, sizeof(line), "  %-4s %-24s %12s %9s %9s %10s %4s %6s %s\n", "#", "layer", "param_bytes",
+                      "fwd_us", "bwd_us", "deadline", "rank", "weight", "flows");
+        out += line;
+        for (size_t i = 0; i < job.model.layers.size(); ++i) {
+            const auto& p = job.priorities[i];
+            const auto n = job.flows.count(static_cast<uint32_t>(i));
+            std::snprintf(line, sizeof(line), "  %-4zu %-24.24s %12llu %9u %9u %10u %4u %6u %zu\n", i,
+                          job.model.layers[i].name.c_str(),
+                          static_cast<unsigned long long>(job.model.layers[i].param_bytes), job.timings.forward_us(i),
+                          job.timings.backward_us(i), p.deadline_us, p.rank, p.weight, n);
+            out += line;
+        }
+    }
+    return out;
+}
+
+}  // namespace mercury

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: GPL-2.0
+#include "daemon/kernel_sync.hpp"
+
+#include <tuple>
+
+namespace mercury {
+
+bool FlowKeyLess::operator()(const FlowKey& a, const FlowKey& b) const
+{
+    auto tie = [](const FlowKey& k) {
+        return std::tie(k.cookie, k.local.family, k.local.addr, k.local.port, k.remote.addr, k.remote.port);
+    };
+    return tie(a) < tie(b);
+}
+
+KernelSync::KernelSync(boost::asio::io_context& io, const Logger& log, KernelSyncOptions options)
+    : timer_(io), log_(log), options_(options)
+{
+}
+
+void KernelSync::start()
+{
+    connect();
+    schedule_check();
+}
+
+void KernelSync::stop()
+{
+    stopped_ = true;
+    timer_.cancel();
+}
+
+void KernelSync::set(const FlowKey& key, EntryValue value)
+{
+    desired_[key] = value;
+}
+
+void KernelSync::remove(const FlowKey& key)
+{
+    desired_.erase(key);
+}
+
+KernelSyncStats KernelSync::stats() const
+{
+    KernelSyncStats s = stats_;
+    s.connected = nl_ != nullptr;
+    s.entries = desired_.size();
+    return s;
+}
+
+bool KernelSync::connect()
+{
+    const Status s = GenlClient::open(nl_);
+    if (!s) {
+        nl_.reset();
+        if (!warned_absent_)
+            log_.warn("tcp_mercury is not reachable; training continues without priorities, retrying",
+                      {{"reason", s.describe()}});
+        warned_absent_ = true;
+        return false;
+    }
+    if (warned_absent_ || stats_.reconnects)
+        log_.info("tcp_mercury reachable again; pushing all entries", {{"entries", std::to_string(desired_.size())}});
+    warned_absent_ = false;
+    ++stats_.reconnects;
+    pushed_.clear();
+    push_all();
+    return nl_ != nullptr;
+}
+
+void KernelSync::disconnect(const Status& why)
+{
+    log_.warn("lost tcp_mercury; will reconnect and push everything", {{"reason", why.describe()}});
+    nl_.reset();
+    pushed_.clear();
+}
+
+bool KernelSync::push(const FlowKey& key, const EntryValue& value)
+{
+    const Status s = nl_->set_flow(key, Priority{value.rank, value.weight, options_.ttl_ms});
+    ++stats_.pushes;
+    if (!s) {
+        ++stats_.errors;
+        // The family went away (module unloaded or reloaded): start over.
+        if (s.error == -ENOENT || s.error == -EOPNOTSUPP || s.error == -EIO) {
+            disconnect(s);
+            return false;
+        }
+        log_.warn("kernel refused an entry", {{"flow", key.to_string()}, {"reason", s.describe()}});
+        return true;
+    }
+    pushed_[key] = value;
+    return true;
+}
+
+void KernelSync::push_all()
+{
+    for (const auto& [key, value] : desired_)
+        if (!nl_ || !push(key, value))
+            return;
+    last_refresh_ = Clock::now();
+}
+
+void KernelSync::flush()
+{
+    if (!nl_)
+        return;
+    // Deletions first: an entry the agent no longer wants must not linger.
+    for (auto it = pushed_.begin(); it != pushed_.end();) {
+        if (desired_.count(it->first)) {
+            ++it;
+            continue;
+        }
+        const Status s = nl_->del_flow(it->first);
+        ++stats_.pushes;
+        if (!s && s.error != -ENOENT) {
+            ++stats_.errors;
+            disconnect(s);
+            return;
+        }
+        it = pushed_.erase(it);
+    }
+    for (const auto& [key, value] : desired_) {
+        const auto p = pushed_.find(key);
+        if (p != pushed_.end() && p->second == value)
+            continue;
+        if (!push(key, value))
+            return;
+    }
+}
+
+void KernelSync::schedule_check()
+{
+    if (stopped_)
+        return;
+    timer_.expires_after(std::chrono::milliseconds(options_.check_ms));
+    timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (!ec)
+            check();
+    });
+}
+
+void KernelSync::check()
+{
+    if (!nl_) {
+        connect();
+    } else {
+        // Fewer entries in the kernel than we pushed: reloaded or flushed.
+        Stats kstats;
+        const Status s = nl_->get_stats(kstats);
+        if (!s) {
+            disconnect(s);
+            connect();
+        } else if (kstats["flow_entries"] < pushed_.size()) {
+            log_.info("kernel table lost entries (module reloaded?); pushing all",
+                      {{"kernel", std::to_string(kstats["flow_entries"])}, {"ours", std::to_string(pushed_.size())}});
+            pushed_.clear();
+            push_all();
+        } else if (Clock::now() - last_refresh_ >= std::chrono::milliseconds(options_.ttl_ms / 3)) {
+            push_all();  // re-set before the kernel expires them
+        } else {
+            flush();
+        }
+    }
+    schedule_check();
+}
+
+}  // namespace mercury

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: GPL-2.0
+// Keeps tcp_mercury's flow table equal to what the agent wants: pushes only
+// changes, re-sets every entry before it expires, waits for the module when
+// it is absent, and pushes everything again when it was reloaded.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <map>
+#include <memory>
+
+#include "daemon/log.hpp"
+#include "genl_client.hpp"
+
+namespace mercury {
+
+struct FlowKeyLess {
+    bool operator()(const FlowKey& a, const FlowKey& b) const;
+};
+
+struct EntryValue {
+    uint8_t rank = 0;
+    uint16_t weight = 16;
+    bool operator==(const EntryValue&) const = default;
+};
+
+struct KernelSyncOptions {
+    uint32_t ttl_ms = 10000;     // entry lifetime requested from the kernel
+    uint32_t check_ms = 1000;    // how often to check the module and refresh
+};
+
+struct KernelSyncStats {
+    bool connected = false;
+    uint64_t pushes = 0;         // entry sets and deletes sent
+    uint64_t errors = 0;
+    uint64_t reconnects = 0;
+    size_t entries = 0;          // desired entries
+};
+
+class KernelSync {
+public:
+    KernelSync(boost::asio::io_context& io, const Logger& log, KernelSyncOptions options);
+
+    void start();
+    void stop();
+    void set(const FlowKey& key, EntryValue value);  // takes effect on flush()
+    void remove(const FlowKey& key);
+    void flush();                                    // push pending changes now
+    void set_options(KernelSyncOptions options) { options_ = options; }
+    KernelSyncStats stats() const;
+
+private:
+    using Clock = std::chrono::steady_clock;
+
+    void schedule_check();
+    void check();
+    bool connect();
+    void disconnect(const Status& why);
+    bool push(const FlowKey& key, const EntryValue& value);
+    void push_all();
+
+    boost::asio::steady_timer timer_;
+    const Logger& log_;
+    KernelSyncOptions options_;
+    std::unique_ptr<GenlClient> nl_;
+    std::map<FlowKey, EntryValue, FlowKeyLess> desired_;
+    std::map<FlowKey, EntryValue, FlowKeyLess> pushed_;   // what the kernel holds, as far as we know
+    Clock::time_point last_refresh_{};
+    KernelSyncStats stats_;
+    bool warned_absent_ = false;
+    bool stopped_ = false;
+};
+
+}  // namespace mercury

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: GPL-2.0
+#include "daemon/log.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+namespace mercury {
+
+namespace {
+
+const char* name(LogLevel level)
+{
+    switch (level) {
+    case LogLevel::kDebug: return "debug";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kWarn: return "warn";
+    case LogLevel::kError: return "error";
+    }
+    return "?";
+}
+
+// Values with spaces, quotes or '=' are quoted so lines stay parseable.
+std::string quoted(std::string_view v)
+{
+    if (!v.empty() && v.find_first_of(" \"=\n") == std::string_view::npos)
+        return std::string(v);
+    std::string out = "\"";
+    for (char c : v) {
+        if (c == '"' || c == '\\')
+            out += '\\';
+        out += c == '\n' ? ' ' : c;
+    }
+    return out + "\"";
+}
+
+}  // namespace
+
+bool parse_log_level(std::string_view text, LogLevel& out)
+{
+    for (auto level : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
+        if (text == name(level)) {
+            out = level;
+            return true;
+        }
+    }
+    return false;
+}
+
+void Logger::log(LogLevel level, std::string_view msg, Fields fields) const
+{
+    if (level < level_)
+        return;
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t secs = std::chrono::system_clock::to_time_t(now);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+    std::tm tm{};
+    gmtime_r(&secs, &tm);
+    char ts[32];
+    std::strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+
+    std::string line = std::string("ts=") + ts + "." + std::to_string(1000 + ms).substr(1) + "Z level=" + name(level) +
+                       " msg=" + quoted(msg);
+    for (const auto& [k, v] : fields)
+        line += " " + std::string(k) + "=" + quoted(v);
+    line += "\n";
+    std::fputs(line.c_str(), stderr);
+}
+
+}  // namespace mercury

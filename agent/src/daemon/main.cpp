@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: GPL-2.0
+// mercuryd: one io_context; signals stop (SIGTERM, SIGINT) or reload (SIGHUP).
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <csignal>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "daemon/config.hpp"
+#include "daemon/jobs.hpp"
+#include "daemon/kernel_sync.hpp"
+#include "daemon/log.hpp"
+#include "daemon/trainer_server.hpp"
+
+namespace {
+
+void watch_signals(boost::asio::signal_set& signals, mercury::Config& config, const std::vector<std::string>& args,
+                   mercury::Logger& log, mercury::KernelSync& kernel, mercury::TrainerServer& server)
+{
+    signals.async_wait([&](const boost::system::error_code& ec, int signo) {
+        if (ec)
+            return;
+        if (signo == SIGHUP) {
+            if (const auto err = mercury::reload_config(config, args); !err.empty()) {
+                log.error("config reload failed; keeping the old one", {{"reason", err}});
+            } else {
+                log.set_level(config.log_level);
+                kernel.set_options(config.kernel);
+                log.info("config reloaded");
+            }
+            watch_signals(signals, config, args, log, kernel, server);
+            return;
+        }
+        // Entries stay in the kernel and expire on their own; a restarted
+        // agent re-pushes them when trainers reconnect.
+        log.info("stopping", {{"signal", std::to_string(signo)}});
+        server.stop();
+        kernel.stop();
+    });
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    auto loaded = mercury::load_config(args);
+    if (!loaded.config)
+        return loaded.exit_code;
+    mercury::Config config = *loaded.config;
+
+    mercury::Logger log;
+    log.set_level(config.log_level);
+    boost::asio::io_context io;
+    mercury::KernelSync kernel(io, log, config.kernel);
+    mercury::JobRegistry jobs(kernel);
+    mercury::TrainerServer server(io, log, jobs);
+    try {
+        server.listen(config.socket);
+    } catch (const std::exception& e) {
+        log.error("cannot start", {{"reason", e.what()}});
+        return 1;
+    }
+    kernel.start();
+
+    boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
+    watch_signals(signals, config, args, log, kernel, server);
+    std::signal(SIGPIPE, SIG_IGN);
+    log.info("mercuryd started", {{"protocol", "1"}});
+    io.run();
+    return 0;
+}

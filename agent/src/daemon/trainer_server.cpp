@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: GPL-2.0
+#include "daemon/trainer_server.hpp"
+
+#include <grp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/write.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+namespace mercury {
+
+namespace asio = boost::asio;
+using stream = asio::local::stream_protocol;
+
+namespace {
+
+constexpr size_t kMaxFdsPerMessage = 16;
+constexpr size_t kMaxPendingFds = 64;
+
+// A path left by a daemon that died is reused; one that answers is not.
+void remove_stale_socket(const std::string& path)
+{
+    if (!std::filesystem::exists(path))
+        return;
+    asio::io_context probe_io;
+    stream::socket probe(probe_io);
+    boost::system::error_code ec;
+    probe.connect(stream::endpoint(path), ec);
+    if (!ec)
+        throw std::runtime_error("another mercuryd is listening on " + path);
+    std::filesystem::remove(path);
+}
+
+}  // namespace
+
+TrainerServer::TrainerServer(asio::io_context& io, const Logger& log, JobRegistry& jobs)
+    : io_(io), log_(log), jobs_(jobs), acceptor_(io)
+{
+}
+
+void TrainerServer::listen(const SocketOptions& options)
+{
+    const std::filesystem::path path(options.path);
+    std::error_code fec;
+    if (path.has_parent_path())
+        std::filesystem::create_directories(path.parent_path(), fec);
+    remove_stale_socket(options.path);
+
+    boost::system::error_code ec;
+    acceptor_.open(stream(), ec);
+    if (!ec)
+        acceptor_.bind(stream::endpoint(options.path), ec);
+    if (!ec)
+        acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec)
+        throw std::runtime_error("cannot listen on " + options.path + ": " + ec.message());
+    path_ = options.path;
+
+    if (!options.group.empty()) {
+        const group* g = getgrnam(options.group.c_str());
+        if (!g)
+            throw std::runtime_error("socket_group '" + options.group + "' does not exist");
+        if (chown(options.path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0)
+            throw std::runtime_error("cannot chown " + options.path + ": " + std::strerror(errno));
+    }
+    if (chmod(options.path.c_str(), options.mode) != 0)
+        throw std::runtime_error("cannot chmod " + options.path + ": " + std::strerror(errno));
+    log_.info("listening for trainers", {{"socket", options.path}});
+    accept();
+}
+
+void TrainerServer::stop()
+{
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    auto sessions = sessions_;
+    for (auto& [id, session] : sessions)
+        session->close();
+    std::error_code ignored;
+    if (!path_.empty())
+        std::filesystem::remove(path_, ignored);
+}
+
+void TrainerServer::accept()
+{
+    acceptor_.async_accept([this](const boost::system::error_code& ec, stream::socket socket) {
+        if (ec == asio::error::operation_aborted)
+            return;
+        if (!ec) {
+            const uint32_t id = next_id_++;
+            auto session = std::make_shared<Session>(*this, std::move(socket), id);
+            sessions_.emplace(id, session);
+            session->start();
+        } else {
+            log_.warn("accept failed", {{"error", ec.message()}});
+        }
+        accept();
+    });
+}
+
+void TrainerServer::closed(uint32_t id)
+{
+    jobs_.close(id);
+    sessions_.erase(id);
+}
+
+Session::OwnedFd::~OwnedFd()
+{
+    if (fd_ >= 0)
+        ::close(fd_);
+}
+
+Session::Session(TrainerServer& server, stream::socket socket, uint32_t id)
+    : server_(server), socket_(std::move(socket)), id_(id)
+{
+}
+
+Session::~Session() = default;
+
+void Session::start()
+{
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+        peer_pid_ = cred.pid;
+        peer_uid_ = cred.uid;
+    }
+    socket_.non_blocking(true);
+    server_.log_.debug("client connected",
+                       {{"session", std::to_string(id_)}, {"pid", std::to_string(peer_pid_)},
+                        {"uid", std::to_string(peer_uid_)}});
+    wait_readable();
+}
+
+void Session::close()
+{
+    if (closed_)
+        return;
+    closed_ = true;
+    boost::system::error_code ec;
+    socket_.close(ec);
+    auto self = shared_from_this();  // outlive our own removal
+    server_.closed(id_);
+}
+
+void Session::wait_readable()
+{
+    socket_.async_wait(stream::socket::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
+        if (ec || self->closed_) {
+            self->close();
+            return;
+        }
+        self->on_readable();
+    });
+}
+
+void Session::on_readable()
+{
+    uint8_t chunk[65536];
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)];
+    iovec iov{chunk, sizeof(chunk)};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+
+    const ssize_t n = ::recvmsg(socket_.native_handle(), &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        wait_readable();
+        return;
+    }
+    if (n <= 0) {
+        close();
+        return;
+    }
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            fds_.emplace_back(fd);
+        }
+    }
+    if (msg.msg_flags & MSG_CTRUNC) {
+        fail(EINVAL, "too many file descriptors in one message");
+        return;
+    }
+    if (fds_.size() > kMaxPendingFds) {
+        fail(EINVAL, "passed sockets without Register messages");
+        return;
+    }
+
+    buffer_.insert(buffer_.end(), chunk, chunk + n);
+    size_t offset = 0;
+    for (;;) {
+        const auto d = proto::decode(std::span(buffer_).subspan(offset));
+        if (d.status == proto::DecodeStatus::kNeedMore)
+            break;
+        if (d.status != proto::DecodeStatus::kOk) {
+            fail(EPROTO, proto::describe(d.status));
+            return;
+        }
+        offset += d.consumed;
+        if (!handle(d.message))
+            return;
+    }
+    buffer_.erase(buffer_.begin(), buffer_.begin() + static_cast<std::ptrdiff_t>(offset));
+    wait_readable();
+}
+
+bool Session::fail(int error, const std::string& why)
+{
+    server_.log_.warn("dropping client", {{"session", std::to_string(id_)}, {"pid", std::to_string(peer_pid_)},
+                                          {"reason", why}});
+    send(proto::Error{static_cast<uint32_t>(error), why});
+    close();
+    return false;
+}
+
+void Session::send(const proto::Message& msg)
+{
+    const auto frame = proto::encode(msg);
+    // Replies are small; a client that does not read them loses them.
+    ::send(socket_.native_handle(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+bool Session::handle(const proto::Message& msg)
+{
+    JobRegistry& jobs = server_.jobs_;
+    if (const auto* req = std::get_if<proto::StatusRequest>(&msg)) {
+        send(proto::StatusReply{req->format == proto::StatusFormat::kText ? jobs.status_text() : jobs.status_json()});
+        return true;
+    }
+    if (const auto* hello = std::get_if<proto::Hello>(&msg)) {
+        if (hello_)
+            return fail(EPROTO, "second Hello");
+        if (peer_pid_ && hello->pid != static_cast<uint32_t>(peer_pid_))
+            return fail(EPERM, "Hello pid does not match the connecting process");
+        if (int err = jobs.open(id_, *hello, peer_uid_))
+            return fail(err, "Hello needs a job name");
+        hello_ = true;
+        server_.log_.info("trainer joined", {{"session", std::to_string(id_)}, {"job", hello->job},
+                                             {"worker", std::to_string(hello->worker_rank)},
+                                             {"pid", std::to_string(peer_pid_)}});
+        send(proto::HelloAck{id_});
+        return true;
+    }
+    if (!hello_)
+        return fail(EPROTO, "Hello must come first");
+
+    int err = 0;
+    if (const auto* model = std::get_if<proto::Model>(&msg)) {
+        err = jobs.set_model(id_, *model);
+    } else if (const auto* timings = std::get_if<proto::Timings>(&msg)) {
+        err = jobs.add_timings(id_, *timings);
+    } else if (const auto* reg = std::get_if<proto::Register>(&msg)) {
+        FlowKey key = reg->flow;
+        if (reg->kind == proto::ConnKind::kPassedFd) {
+            if (fds_.empty())
+                return fail(EINVAL, "Register by socket without a passed socket");
+            const OwnedFd fd = std::move(fds_.front());
+            fds_.pop_front();
+            int protocol = 0;
+            uint64_t cookie = 0;
+            socklen_t len = sizeof(protocol), clen = sizeof(cookie);
+            if (getsockopt(fd.get(), SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 || protocol != IPPROTO_TCP ||
+                getsockopt(fd.get(), SOL_SOCKET, SO_COOKIE, &cookie, &clen) != 0)
+                return fail(EINVAL, "passed descriptor is not a TCP socket");
+            key = FlowKey::by_cookie(cookie);
+        }
+        err = jobs.register_flow(id_, reg->layer, key);
+    } else if (const auto* it = std::get_if<proto::Iteration>(&msg)) {
+        err = jobs.begin_iteration(id_, it->iteration);
+    } else {
+        return fail(EPROTO, "message type not accepted from trainers");
+    }
+    if (err)
+        return fail(err, std::string("rejected: ") + std::strerror(err));
+    return true;
+}
+
+}  // namespace mercury

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: GPL-2.0
+// The trainers' Unix socket: accepts connections, checks who is calling
+// (SO_PEERCRED), reads frames (and sockets passed with SCM_RIGHTS), and hands
+// messages to the JobRegistry. A client that sends garbage is told why and
+// disconnected; nobody else notices.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/jobs.hpp"
+#include "daemon/log.hpp"
+
+namespace mercury {
+
+struct SocketOptions {
+    std::string path = "/run/mercury/mercuryd.sock";
+    unsigned mode = 0660;
+    std::string group;  // empty: keep the daemon's group
+};
+
+class Session;
+
+class TrainerServer {
+public:
+    TrainerServer(boost::asio::io_context& io, const Logger& log, JobRegistry& jobs);
+    // Throws std::runtime_error with a clear reason if the socket cannot be set up.
+    void listen(const SocketOptions& options);
+    void stop();
+    size_t sessions() const { return sessions_.size(); }
+
+private:
+    friend class Session;
+    void accept();
+    void closed(uint32_t id);
+
+    boost::asio::io_context& io_;
+    const Logger& log_;
+    JobRegistry& jobs_;
+    boost::asio::local::stream_protocol::acceptor acceptor_;
+    std::string path_;
+    std::map<uint32_t, std::shared_ptr<Session>> sessions_;
+    uint32_t next_id_ = 1;
+};
+
+// One connected trainer (or mercuryctl).
+class Session : public std::enable_shared_from_this<Session> {
+public:
+    Session(TrainerServer& server, boost::asio::local::stream_protocol::socket socket, uint32_t id);
+    ~Session();
+    void start();
+    void close();
+
+private:
+    class OwnedFd {
+    public:
+        explicit OwnedFd(int fd) : fd_(fd) {}
+        OwnedFd(OwnedFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+        OwnedFd& operator=(OwnedFd&&) = delete;
+        ~OwnedFd();
+        int get() const { return fd_; }
+
+    private:
+        int fd_;
+    };
+
+    void wait_readable();
+    void on_readable();
+    bool handle(const proto::Message& msg);
+    bool fail(int error, const std::string& why);
+    void send(const proto::Message& msg);
+
+    TrainerServer& server_;
+    boost::asio::local::stream_protocol::socket socket_;
+    uint32_t id_;
+    pid_t peer_pid_ = 0;
+    uid_t peer_uid_ = 0;
+    bool hello_ = false;
+    bool closed_ = false;
+    std::vector<uint8_t> buffer_;
+    std::deque<OwnedFd> fds_;  // passed sockets not yet claimed by a Register
+};
+
+}  // namespace mercury

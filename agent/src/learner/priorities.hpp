@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: GPL-2.0
+// From learned timings to the ranks and weights the kernel enforces.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "learner/timing.hpp"
+
+namespace mercury {
+
+struct LayerPriority {
+    uint32_t deadline_us = 0;  // when the next forward pass needs the layer
+    uint8_t rank = 0;          // 0 .. kRanks-1, lower is more urgent
+    uint16_t weight = 16;      // share within the rank (16 = one Reno flow)
+};
+
+// The next forward pass needs layer i's parameters when layers 0..i-1 have
+// run: deadline(i) = sum of their forward times. Ranks split the forward
+// pass into kRanks equal slices of time, so layers needed at nearly the same
+// moment share a rank whatever their index, and a long layer pushes all later
+// ones back. Within a rank, earlier deadlines get larger weights (32 down to
+// 8). Without timings yet, layers are spread over ranks by index.
+std::vector<LayerPriority> compute_priorities(const LayerTimings& timings, size_t layers);
+
+constexpr unsigned kRanks = 8;
+
+}  // namespace mercury

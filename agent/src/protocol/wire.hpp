@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: GPL-2.0
+// The trainer <-> mercuryd protocol on the agent's Unix socket (see
+// agent/PROTOCOL.md). Every frame: an 8-byte header (u32 body length, u8
+// version, u8 type, u16 flags, little endian) and a body of at most
+// kMaxBody bytes. Decoding is total: any input yields a message, "need more
+// bytes" or a named error, never undefined behaviour.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "flow_key.hpp"
+
+namespace mercury::proto {
+
+constexpr uint8_t kVersion = 1;
+constexpr size_t kHeaderSize = 8;
+constexpr uint32_t kMaxBody = 1 << 20;
+constexpr size_t kMaxName = 255;
+constexpr uint32_t kMaxLayers = 16384;
+
+enum class Type : uint8_t {
+    Hello = 1,          // trainer: who I am
+    HelloAck = 2,       // daemon: accepted, session id
+    Model = 3,          // trainer: layers in forward order, parameter bytes
+    Timings = 4,        // trainer: one iteration's per-layer fwd/bwd times
+    Register = 5,       // trainer: this connection carries this layer's tensor
+    Iteration = 6,      // trainer: an iteration begins
+    StatusRequest = 7,  // mercuryctl: what do you know?
+    StatusReply = 8,    // daemon: JSON document
+    Error = 9,          // daemon: why the connection is being closed
+};
+
+struct Hello {
+    std::string job;
+    uint32_t worker_rank = 0;
+    uint32_t pid = 0;
+    bool operator==(const Hello&) const = default;
+};
+
+struct HelloAck {
+    uint32_t session = 0;
+    bool operator==(const HelloAck&) const = default;
+};
+
+struct Layer {
+    std::string name;
+    uint64_t param_bytes = 0;
+    bool operator==(const Layer&) const = default;
+};
+
+struct Model {
+    std::vector<Layer> layers;
+    bool operator==(const Model&) const = default;
+};
+
+struct Timings {
+    uint64_t iteration = 0;
+    std::vector<uint32_t> forward_us;   // per layer, forward order
+    std::vector<uint32_t> backward_us;  // same length
+    bool operator==(const Timings&) const = default;
+};
+
+// How a Register names its connection. With kPassedFd the socket itself rides
+// along as SCM_RIGHTS on the same sendmsg(); that proves the sender owns it.
+enum class ConnKind : uint8_t { kPassedFd = 1, kCookie = 2, kTuple = 3 };
+
+struct Register {
+    uint32_t layer = 0;
+    ConnKind kind = ConnKind::kCookie;
+    FlowKey flow;  // cookie or tuple; empty for kPassedFd
+    bool operator==(const Register&) const = default;
+};
+
+struct Iteration {
+    uint64_t iteration = 0;
+    bool operator==(const Iteration&) const = default;
+};
+
+enum class StatusFormat : uint8_t { kJson = 0, kText = 1 };
+
+struct StatusRequest {
+    StatusFormat format = StatusFormat::kJson;
+    bool operator==(const StatusRequest&) const = default;
+};
+
+struct StatusReply {
+    std::string document;  // JSON or text, as requested
+    bool operator==(const StatusReply&) const = default;
+};
+
+struct Error {
+    uint32_t code = 0;  // errno value
+    std::string message;
+    bool operator==(const Error&) const = default;
+};
+
+using Message = std::variant<Hello, HelloAck, Model, Timings, Register, Iteration, StatusRequest, StatusReply, Error>;
+
+std::vector<uint8_t> encode(const Message& msg);
+
+enum class DecodeStatus {
+    kOk,
+    kNeedMore,     // not a whole frame yet
+    kBadVersion,   // header version is not kVersion
+    kUnknownType,
+    kOversized,    // body length above kMaxBody
+    kMalformed,    // body does not parse as its type, or has trailing bytes
+};
+
+struct Decoded {
+    DecodeStatus status = DecodeStatus::kNeedMore;
+    Message message;
+    size_t consumed = 0;  // bytes of input that formed the frame (kOk only)
+};
+
+Decoded decode(std::span<const uint8_t> input);
+const char* describe(DecodeStatus status);
+
+}  // namespace mercury::proto

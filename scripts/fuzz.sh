@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Builds the protocol decoder's libFuzzer target with clang (ASan + UBSan)
+# and runs it for a bounded time (default 30 s). Prints one PASS/FAIL line.
+# usage: fuzz.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-30}
+out=build/fuzz
+mkdir -p "$out/corpus"
+clang++-14 -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	-Iagent/src tests/fuzz/fuzz_protocol.cpp agent/src/protocol/wire.cpp agent/src/flow_key.cpp \
+	-o "$out/fuzz_protocol"
+if "$out/fuzz_protocol" -max_total_time="$secs" -seed=1 -print_final_stats=1 "$out/corpus" >"$out/fuzz.log" 2>&1; then
+	echo "PASS fuzz/protocol-decoder  # $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/fuzz.log" | grep -o '[0-9]*$') inputs in ${secs}s, corpus $(ls "$out/corpus" | wc -l)"
+else
+	echo "FAIL fuzz/protocol-decoder: see $out/fuzz.log"
+	tail -30 "$out/fuzz.log"
+	exit 1
+fi

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# mercuryd for real on this host (no tcp_mercury here: the agent must keep
+# serving trainers without it): the Python wrapper over libmercury declares a
+# model, registers a socket and reports timings; mercuryctl status shows what
+# the agent learned; garbage drops only its sender; SIGHUP reloads; SIGTERM
+# stops cleanly.
+# usage: agent_native.sh BIN_DIR LIB_DIR PYTHON_DIR
+set -uo pipefail
+bin=$1 lib=$2 py=$3
+dir=$(mktemp -d)
+sock=$dir/mercuryd.sock
+failed=0
+check() {	# check NAME CMD...
+	local name=$1
+	shift
+	if "$@"; then echo "PASS native/$name"; else echo "FAIL native/$name"; failed=1; fi
+}
+cleanup() { kill "$server" "$agent" 2>/dev/null; rm -rf "$dir"; }
+trap cleanup EXIT
+
+echo "log_level = info" >"$dir/mercuryd.conf"
+"$bin/mercuryd" --config "$dir/mercuryd.conf" --socket "$sock" --check-ms 100 2>"$dir/agent.log" &
+agent=$!
+port=$((20000 + RANDOM % 20000))
+"$bin/mercury-flow" server --port $port --bind 127.0.0.1 >/dev/null &
+server=$!
+for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+
+LIBMERCURY="$lib/libmercury.so" python3 "$(dirname "$0")/python_client.py" "$py" "$sock" $port 2 >"$dir/py.out" 2>&1 &
+client=$!
+for _ in $(seq 50); do grep -q "python client ok" "$dir/py.out" && break; sleep 0.1; done
+status=$("$bin/mercuryctl" --json status --socket "$sock")
+text=$("$bin/mercuryctl" status --socket "$sock")
+check status-job grep -q '"job":"py-job","worker":2' <<<"$status"
+check status-learned grep -q '"name":"attn","param_bytes":8192,"forward_us":500,"backward_us":900,"deadline_us":300' <<<"$status"
+check status-flow-registered grep -q '"name":"attn".*"flows":\["cookie:[0-9]*"\]' <<<"$status"
+check status-no-kernel grep -q '"connected":false' <<<"$status"
+check status-text grep -q 'job py-job worker 2' <<<"$text"
+
+check garbage-dropped "$bin/mercury-trainer" garbage --socket "$sock"
+check garbage-harmless kill -0 $agent
+wait $client
+check python-wrapper grep -q "python no-agent ok" "$dir/py.out" || cat "$dir/py.out"
+check client-gone-forgotten grep -q '"jobs":\[\]' <<<"$("$bin/mercuryctl" --json status --socket "$sock")"
+
+echo "log_level = debug" >"$dir/mercuryd.conf"
+kill -HUP $agent
+sleep 0.3
+check sighup-reload grep -q 'config reloaded' "$dir/agent.log"
+kill -TERM $agent
+wait $agent
+check sigterm-clean-exit [ $? -eq 0 ]
+check socket-removed [ ! -e "$sock" ]
+check unavailable-status-exit-3 sh -c "'$bin/mercuryctl' status --socket '$sock' 2>/dev/null; [ \$? -eq 3 ]"
+[ $failed -eq 0 ] || cat "$dir/agent.log"
+exit $failed

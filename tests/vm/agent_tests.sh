@@ -1,0 +1,130 @@
+# SPDX-License-Identifier: GPL-2.0
+# mercuryd + libmercury + tcp_mercury together in the guest: a trainer
+# (mercury-trainer, linked with libmercury) declares a model, reports timings
+# and registers one real TCP connection per layer; the agent runs in the
+# trainer's namespace. Sourced by tests.sh.
+
+AGENT_SOCK=/run/mercury-test.sock
+AGENT_PID=""
+
+# Started with ip netns exec directly (not the in_ns function) so that $! is
+# the daemon itself, not a subshell: the tests kill it.
+agent_start() {
+	$IP netns exec h1 mercuryd --socket $AGENT_SOCK --entry-ttl-ms 1500 --check-ms 200 2>>/tmp/mercuryd.log &
+	AGENT_PID=$!
+	wait_for 50 test -S $AGENT_SOCK
+}
+
+agent_stop() {
+	[ -n "$AGENT_PID" ] && kill -9 "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
+	AGENT_PID=""
+	rm -f $AGENT_SOCK
+}
+
+# wait_for TENTHS CMD...: poll CMD every 0.1 s until it succeeds.
+wait_for() {
+	local n=$1
+	shift
+	while [ "$n" -gt 0 ]; do
+		"$@" 2>/dev/null && return 0
+		sleep 0.1
+		n=$((n - 1))
+	done
+	return 1
+}
+
+flow_entries() { ctl h1 dump | grep -c '^flow '; }
+has_entries() { [ "$(flow_entries)" = "$1" ]; }
+
+# trainer ARGS...: four layers of 1 ms forward each -> deadlines 0,1,2,3 ms
+# of a 4 ms pass -> ranks 0,2,4,6.
+trainer() {
+	MERCURY_SOCKET=$AGENT_SOCK $IP netns exec h1 mercury-trainer run --job test --connect "$SERVER" \
+		--forward-us 1000,1000,1000,1000 "$@" >/tmp/trainer.out 2>&1 &
+	TRAINER_PID=$!
+}
+
+test_agent_priorities() {
+	topo_same_host
+	agent_start
+	trainer --cc mercury --send-layers 0,3 --seconds 4
+	wait_for 30 has_entries 4
+	local ranks status
+	ranks=$(ctl h1 dump | awk '/^flow/ { print $4 }' | sort -n | tr '\n' ' ')
+	status=$(mercuryctl --json status --socket $AGENT_SOCK)
+	wait "$TRAINER_PID"
+	expect agent/kernel-ranks "kernel ranks from learned deadlines: $ranks" [ "$ranks" = "0 2 4 6 " ]
+	expect agent/status "mercuryctl status shows the job's layers" \
+		sh -c "echo '$status' | grep -q '\"job\":\"test\"' && echo '$status' | grep -q '\"deadline_us\":3000,\"rank\":6'"
+	local a0 a3 r
+	a0=$(awk '/^layer 0 / { sub("acked=", "", $3); print $3 }' /tmp/trainer.out)
+	a3=$(awk '/^layer 3 / { sub("acked=", "", $3); print $3 }' /tmp/trainer.out)
+	r=$(ratio "$a0" "$a3")
+	expect agent/shares "layer 0 (rank 0) : layer 3 (rank 6) ${r}:1" ge "$r" 4
+	wait_for 10 has_entries 0
+	expect agent/trainer-exit-cleans "entries withdrawn when the trainer left: $(flow_entries) left" has_entries 0
+	agent_stop
+}
+
+test_agent_restart() {
+	topo_same_host
+	agent_start
+	trainer --cc mercury --send-layers 0 --seconds 15
+	wait_for 30 has_entries 4
+	agent_stop
+	# The agent is gone: the flows go on, entries expire (TTL 1.5 s) to fair.
+	wait_for 40 has_entries 0
+	expect agent/killed-entries-expire "entries after kill -9: $(flow_entries)" has_entries 0
+	expect agent/killed-flows-continue "trainer still running" kill -0 "$TRAINER_PID"
+	agent_start
+	wait_for 40 has_entries 4
+	expect agent/restart-restores "entries after restart: $(flow_entries)" has_entries 4
+	wait "$TRAINER_PID"
+	expect agent/trainer-unharmed "trainer finished: $(grep -c acked= /tmp/trainer.out) layers reported" \
+		grep -q '^iterations=' /tmp/trainer.out
+	agent_stop
+}
+
+test_agent_module_reload() {
+	topo_same_host
+	agent_start
+	# cubic sockets: tcp_mercury must be unloadable while the trainer runs.
+	trainer --cc cubic --seconds 8
+	wait_for 30 has_entries 4
+	local i=0
+	while [ -d /sys/module/tcp_mercury ] && [ $i -lt 50 ]; do
+		rmmod tcp_mercury 2>/dev/null || sleep 0.1
+		i=$((i + 1))
+	done
+	expect agent/module-unloaded "rmmod with the agent running" [ ! -d /sys/module/tcp_mercury ]
+	# The agent's family lookup autoloads the module (MODULE_ALIAS_GENL_FAMILY);
+	# load it by hand only if that has not happened.
+	sleep 0.5
+	[ -d /sys/module/tcp_mercury ] || insmod "/lib/modules/$(uname -r)/extra/tcp_mercury.ko"
+	wait_for 40 has_entries 4
+	expect agent/reload-repushed "entries after insmod: $(flow_entries)" has_entries 4
+	expect agent/alive-after-reload "mercuryd survived" kill -0 "$AGENT_PID"
+
+	# Garbage from another client: that client is cut off, nobody else notices.
+	local g
+	g=$(in_ns h1 mercury-trainer garbage --socket $AGENT_SOCK)
+	expect agent/garbage-dropped "$g" sh -c "echo '$g' | grep -q disconnected"
+	expect agent/garbage-harmless "agent alive and answering" \
+		sh -c "kill -0 $AGENT_PID && mercuryctl status --socket $AGENT_SOCK >/dev/null"
+	expect agent/garbage-entries-kept "entries: $(flow_entries)" has_entries 4
+	wait "$TRAINER_PID"
+	agent_stop
+}
+
+test_agent_config() {
+	mercuryd --help >/tmp/help.out 2>&1
+	expect agent/help "--help exits 0 and documents --socket" grep -q -- '--socket' /tmp/help.out
+	local rc
+	mercuryd --entry-ttl-ms 5 >/tmp/cfg.out 2>&1
+	rc=$?
+	expect agent/bad-config "bad value: exit $rc ($(head -1 /tmp/cfg.out))" [ "$rc" = 2 ]
+	printf 'socket = /run/x.sock\nbogus_key = 1\n' >/tmp/bad.conf
+	mercuryd --config /tmp/bad.conf >/tmp/cfg.out 2>&1
+	rc=$?
+	expect agent/bad-config-file "unknown key: exit $rc ($(head -1 /tmp/cfg.out))" [ "$rc" = 2 ]
+}

@@ -52,9 +52,11 @@ bench-cc: $(INITRD)
 bench-agent: $(INITRD)
 	scripts/vm/run.sh bench-agent $(INITRD)
 
+# The main job: the emulated training cluster, vanilla vs Mercury.
 demo: deps
 	$(MAKE) $(INITRD)
 	scripts/vm/run.sh demo $(INITRD)
+	scripts/report.sh $(BUILD)/vm-demo.log $(BUILD)/demo
 
 install: all
 	$(MAKE) -C kmod install

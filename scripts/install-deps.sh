@@ -10,7 +10,7 @@ set -euo pipefail
 PKGS=(
 	build-essential make cmake pkg-config git
 	libnl-3-dev libnl-genl-3-dev libboost-dev catch2 python3
-	clang-14 libclang-rt-14-dev
+	clang-14 libclang-rt-14-dev gnuplot-nox
 	qemu-system-x86 busybox-static cpio kmod iproute2
 	linux-headers-cloud-amd64
 )

@@ -13,6 +13,8 @@ out=$1 ko=$2
 shift 2
 
 rel=$("$top/scripts/guest-kernel.sh")
+# Workload profiles: PipeDream's measured per-layer profiles (MIT), vendored.
+profiles=$top/tests/experiment/profiles
 guest=$("$top/scripts/fetch-guest-kernel.sh")
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
@@ -59,6 +61,9 @@ for dir in "$@"; do
 	cp "$dir"/* "$root/mercury/bin/"
 done
 cp -r "$top/tests/vm" "$root/mercury/tests"
+mkdir -p "$root/mercury/scripts" "$root/mercury/profiles"
+cp "$top/scripts/cluster.sh" "$top/scripts/train.sh" "$root/mercury/scripts/"
+cp "$profiles"/*.graph.txt "$root/mercury/profiles/"
 cp "$top/tests/vm/guest-init.sh" "$root/init"
 chmod +x "$root/init"
 

@@ -23,7 +23,7 @@ timeout --foreground "$timeout_s" qemu-system-x86_64 \
 	-nodefaults -no-reboot -display none -serial stdio \
 	-kernel "$guest/vmlinuz" -initrd "$initrd" \
 	-append "console=ttyS0 panic=-1 oops=panic quiet mercury.suite=$suite" \
-	</dev/null 2>&1 | sed -u 's/\r$//' | tee "$log" | grep --line-buffered -E '^(PASS|FAIL|SKIP|INFO|BENCH|==)'
+	</dev/null 2>&1 | sed -u 's/\r$//' | tee "$log" | grep --line-buffered -E '^(PASS|FAIL|SKIP|INFO|BENCH|RESULT|==)'
 qemu_rc=${PIPESTATUS[0]}
 
 passed=$(grep -c '^PASS ' "$log")
@@ -35,4 +35,4 @@ if ! grep -q '^MERCURY-VM-DONE' "$log"; then
 fi
 echo "vm/$suite: $passed passed, $failed failed"
 # A test suite must have run checks; a benchmark must have reported numbers.
-[ "$failed" -eq 0 ] && { [ "$passed" -gt 0 ] || grep -q '^BENCH ' "$log"; }
+[ "$failed" -eq 0 ] && { [ "$passed" -gt 0 ] || grep -qE '^(BENCH|RESULT) ' "$log"; }

@@ -272,6 +272,23 @@ test_netns_delete() {
 	expect netns/freed "entries of a deleted netns freed ($now left of base $base)" [ "$now" = "$base" ]
 }
 
+# The experiment's replayer end to end in every mode (2 workers, 2 servers,
+# ResNet-18 shape, 3 iterations): it finishes, and every byte is accounted
+# for: each worker pushed and pulled exactly what the placement says, and the
+# servers together received every worker's pushes. No speed is asserted.
+test_replay_modes() {
+	export IP TC
+	local mode verdict rc
+	for mode in fifo mercury mercury-noprio prio-only; do
+		sh /mercury/scripts/cluster.sh up 2 2 100
+		verdict=$(timeout 120 sh /mercury/scripts/train.sh /mercury/profiles/resnet18.graph.txt $mode 2 2 100 3 |
+			awk -v workers=2 -f check_replay.awk)
+		rc=$?
+		expect "replay/$mode" "$verdict" [ "$rc" = 0 ]
+		sh /mercury/scripts/cluster.sh down
+	done
+}
+
 test_unload() {
 	# A netns other than init_net may only default to an allowed CC.
 	echo "reno cubic mercury" >/proc/sys/net/ipv4/tcp_allowed_congestion_control
@@ -296,7 +313,7 @@ dmesg -c >/dev/null
 for t in module_params autoload select_sysctl select_socket fair_untagged precedence_same_host \
 	weights cross_host retag_midflight flow_entries expiry starvation_guard ss_info \
 	netlink_bad_input netns_delete \
-	agent_priorities agent_restart agent_module_reload agent_config unload; do
+	agent_priorities agent_restart agent_module_reload agent_config replay_modes unload; do
 	run_test $t
 done
 kernel_clean final && pass vm/kernel-log "no WARNING/BUG/Oops/leak in dmesg"

@@ -1,0 +1,55 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# Emulated training cluster: W workers and S parameter-server shards, each a
+# network namespace (mc-w0.., mc-s0..) on one bridge (in mc-sw); every host
+# link is rate limited in both directions with tbf (host egress = uplink,
+# bridge port egress = downlink), so each host's NIC is a real bottleneck
+# and incast at a server queues at its downlink.
+#
+#   cluster.sh up W S RATE_MBIT     addresses: worker i 10.3.0.(10+i), server j 10.3.0.(100+j)
+#   cluster.sh down                 removes every mc-* namespace (safe to repeat)
+#
+# POSIX sh: runs in the test VM's busybox and natively. iproute2 by full path.
+set -eu
+IP=${IP:-/usr/sbin/ip}
+TC=${TC:-/usr/sbin/tc}
+
+down() {
+	for ns in $($IP netns list 2>/dev/null | awk '{ print $1 }' | grep '^mc-' || true); do
+		for pid in $($IP netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+		$IP netns del "$ns" 2>/dev/null || true
+	done
+}
+
+# add_host NAME ADDR RATE: a namespace plugged into the bridge.
+add_host() {
+	$IP netns add "mc-$1"
+	$IP -n "mc-$1" link set lo up
+	$IP link add eth0 netns "mc-$1" type veth peer name "p-$1" netns mc-sw
+	$IP -n "mc-$1" addr add "$2/24" dev eth0
+	$IP -n "mc-$1" link set eth0 up
+	$IP -n mc-sw link set "p-$1" master br0 up
+	# Queue about 5 ms of data at the rate; burst of a few packets.
+	$TC -n "mc-$1" qdisc add dev eth0 root tbf rate "${3}mbit" burst 16kb latency 5ms
+	$TC -n mc-sw qdisc add dev "p-$1" root tbf rate "${3}mbit" burst 16kb latency 5ms
+}
+
+up() {
+	workers=$1 servers=$2 rate=$3
+	down
+	$IP netns add mc-sw
+	$IP -n mc-sw link set lo up
+	$IP -n mc-sw link add br0 type bridge
+	$IP -n mc-sw link set br0 up
+	i=0
+	while [ $i -lt "$workers" ]; do add_host "w$i" "10.3.0.$((10 + i))" "$rate"; i=$((i + 1)); done
+	j=0
+	while [ $j -lt "$servers" ]; do add_host "s$j" "10.3.0.$((100 + j))" "$rate"; j=$((j + 1)); done
+}
+
+case "${1:-}" in
+up) shift; up "$@" ;;
+down) down ;;
+*) echo "usage: cluster.sh up WORKERS SERVERS RATE_MBIT | down" >&2; exit 2 ;;
+esac

@@ -1,0 +1,650 @@
+// SPDX-License-Identifier: GPL-2.0
+// mercury-replay: parameter-server training of a real model *shape* over
+// real TCP, compute emulated from the profile, for the paper's experiment.
+//
+//   mercury-replay server --id S --listen IP:PORT   COMMON
+//   mercury-replay worker --id W --servers IP:PORT,... COMMON [--iterations K] [--warmup N]
+//   mercury-replay ideal  --rate-mbit R COMMON
+//   COMMON: --profile FILE --mode MODE --workers N --servers-count S --byte-divisor D
+//
+// Modes (same bytes in each): fifo (one connection per worker-server pair,
+// whole-tensor aggregation), mercury (a connection per rank, ranks from the
+// agent via libmercury, immediate aggregation), mercury-noprio (immediate,
+// no priorities), prio-only (priorities, whole-tensor).
+//
+// Workers print one JSON line: iteration times, mean after warm-up, bytes.
+#include <arpa/inet.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/uio.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "flow_key.hpp"
+#include "learner/priorities.hpp"
+#include "mercury.hpp"
+#include "model.hpp"
+#include "simulator.hpp"
+
+namespace {
+
+using namespace mercury;
+using namespace mercury::experiment;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kChunk = 16384;  // wire bytes per chunk (after scaling)
+constexpr uint32_t kMagic = 0x4d455243;
+
+struct Mode {
+    bool priority = false;
+    bool immediate = false;
+};
+
+Mode parse_mode(const std::string& m)
+{
+    if (m == "fifo") return {false, false};
+    if (m == "mercury") return {true, true};
+    if (m == "mercury-noprio") return {false, true};
+    if (m == "prio-only") return {true, false};
+    throw std::runtime_error("unknown mode '" + m + "' (fifo, mercury, mercury-noprio, prio-only)");
+}
+
+struct Options {
+    std::string role, profile, mode_name = "fifo", listen, servers_csv;
+    uint32_t id = 0, workers = 1, servers = 1, iterations = 10, warmup = 2;
+    double byte_divisor = 1, rate_mbit = 100;
+};
+
+struct Header {
+    uint32_t iteration, shard, chunk, bytes;
+};
+
+double now_s()
+{
+    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// The shared view both sides derive from the profile: model, placement, ranks.
+struct Plan {
+    Model model;
+    Placement placement;
+    std::vector<uint32_t> chunks;           // per shard
+    std::vector<uint8_t> rank_of_tensor;    // from the agent's own rule
+    std::vector<uint32_t> layer_of_rank;    // a layer holding each rank, for registration
+    Mode mode;
+
+    Plan(const Options& o)
+    {
+        model = load_model(o.profile);
+        placement = place(model, o.servers, o.byte_divisor);
+        for (const auto& s : placement.shards)
+            chunks.push_back(static_cast<uint32_t>((s.bytes + kChunk - 1) / kChunk));
+        LayerTimings t(model.layers.size());
+        const auto [fwd, bwd] = timings_us();
+        t.add(fwd, bwd);
+        const auto prio = compute_priorities(t, model.layers.size());
+        layer_of_rank.assign(kRanks, UINT32_MAX);
+        for (const auto& tensor : placement.tensors) {
+            const uint8_t r = prio[tensor.layer].rank;
+            rank_of_tensor.push_back(r);
+            if (layer_of_rank[r] == UINT32_MAX)
+                layer_of_rank[r] = tensor.layer;
+        }
+        mode = parse_mode(o.mode_name);
+    }
+    std::pair<std::vector<uint32_t>, std::vector<uint32_t>> timings_us() const
+    {
+        std::vector<uint32_t> f, b;
+        for (const auto& l : model.layers) {
+            f.push_back(static_cast<uint32_t>(std::lround(l.forward_ms * 1000)));
+            b.push_back(static_cast<uint32_t>(std::lround(l.backward_ms * 1000)));
+        }
+        return {f, b};
+    }
+    uint8_t lane(uint32_t shard) const
+    {
+        return mode.priority ? rank_of_tensor[placement.shards[shard].tensor] : 0;
+    }
+    uint64_t chunk_bytes(uint32_t shard, uint32_t c) const
+    {
+        return std::min<uint64_t>(kChunk, placement.shards[shard].bytes - uint64_t{c} * kChunk);
+    }
+};
+
+// One TCP connection with an outgoing chunk queue and an incoming parser.
+// Non-blocking: a blocking write here deadlocks (both ends writing, none reading).
+class Conn {
+public:
+    explicit Conn(int fd) : fd_(fd) { ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK); }
+    ~Conn() { ::close(fd_); }
+    Conn(const Conn&) = delete;
+    Conn& operator=(const Conn&) = delete;
+    int fd() const { return fd_; }
+    bool want_write() const { return !out_.empty(); }
+
+    void queue(const Header& h)
+    {
+        out_.push_back({h, 0});
+    }
+
+    // Writes what the socket takes; returns bytes of payload+headers sent.
+    uint64_t flush()
+    {
+        static const std::vector<char> zeros(kChunk + sizeof(Header), 0);
+        uint64_t sent = 0;
+        while (!out_.empty()) {
+            auto& [h, off] = out_.front();
+            const size_t total = sizeof(Header) + h.bytes;
+            char buf[sizeof(Header)];
+            std::memcpy(buf, &h, sizeof(h));
+            iovec iov[2];
+            int n = 0;
+            if (off < sizeof(Header))
+                iov[n++] = {buf + off, sizeof(Header) - off};
+            const size_t payload_off = off > sizeof(Header) ? off - sizeof(Header) : 0;
+            iov[n++] = {const_cast<char*>(zeros.data()), h.bytes - payload_off};
+            const ssize_t w = ::writev(fd_, iov, n);
+            if (w <= 0)
+                break;
+            off += static_cast<size_t>(w);
+            sent += static_cast<uint64_t>(w);
+            if (off < total)
+                break;
+            out_.pop_front();
+        }
+        return sent;
+    }
+
+    // Reads and calls @on_chunk(header) per whole chunk. False on EOF/error.
+    template <typename F>
+    bool read(F&& on_chunk)
+    {
+        char buf[65536];
+        const ssize_t n = ::recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return false;
+        for (ssize_t i = 0; i < n;) {
+            if (have_ < sizeof(Header)) {
+                const size_t take = std::min<size_t>(sizeof(Header) - have_, static_cast<size_t>(n - i));
+                std::memcpy(reinterpret_cast<char*>(&in_) + have_, buf + i, take);
+                have_ += take;
+                i += static_cast<ssize_t>(take);
+                if (have_ == sizeof(Header) && in_.bytes == 0) {
+                    on_chunk(in_);
+                    have_ = 0;
+                }
+                continue;
+            }
+            const size_t left = sizeof(Header) + in_.bytes - have_;
+            const size_t take = std::min<size_t>(left, static_cast<size_t>(n - i));
+            have_ += take;
+            i += static_cast<ssize_t>(take);
+            received_ += take;
+            if (have_ == sizeof(Header) + in_.bytes) {
+                on_chunk(in_);
+                have_ = 0;
+            }
+        }
+        return true;
+    }
+    uint64_t received_payload() const { return received_; }
+
+private:
+    int fd_;
+    std::deque<std::pair<Header, size_t>> out_;
+    Header in_{};
+    size_t have_ = 0;
+    uint64_t received_ = 0;
+};
+
+void set_cc(int fd, const char* cc)
+{
+    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, std::strlen(cc)) != 0)
+        throw std::runtime_error(std::string("TCP_CONGESTION ") + cc + ": " + std::strerror(errno));
+}
+
+int tcp_connect(const Endpoint& ep, bool mercury_cc)
+{
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (mercury_cc)
+        set_cc(fd, "mercury");
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(ep.port);
+    std::memcpy(&sin.sin_addr, ep.addr.data(), 4);
+    for (int attempt = 0; ::connect(fd, reinterpret_cast<const sockaddr*>(&sin), sizeof(sin)) != 0; ++attempt) {
+        if (attempt > 100)
+            throw std::runtime_error("cannot connect to " + ep.to_string());
+        usleep(50000);
+    }
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+}
+
+void send_all(int fd, const void* p, size_t n)
+{
+    if (::send(fd, p, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n))
+        throw std::runtime_error("short send");
+}
+
+// Registers each lane's connection with the agent as carrying a layer of
+// that rank, so the agent (not the replayer) decides the kernel entry.
+std::unique_ptr<Client> join_agent(const Plan& plan, const std::string& job, uint32_t id)
+{
+    if (!plan.mode.priority)
+        return nullptr;
+    auto client = std::make_unique<Client>(job, id);
+    std::vector<std::string> names;
+    std::vector<uint64_t> bytes;
+    for (const auto& l : plan.model.layers) {
+        names.push_back(l.name);
+        bytes.push_back(l.param_bytes);
+    }
+    client->declare_model(names, bytes);
+    const auto [f, b] = plan.timings_us();
+    client->report_timings(0, f, b);
+    return client;
+}
+
+int run_worker(const Options& o)
+{
+    Plan plan(o);
+    std::vector<Endpoint> servers;
+    std::stringstream ss(o.servers_csv);
+    for (std::string item; std::getline(ss, item, ',');)
+        servers.push_back(*Endpoint::parse(item));
+    if (servers.size() != o.servers)
+        throw std::runtime_error("--servers lists " + std::to_string(servers.size()) + " endpoints");
+
+    auto agent = join_agent(plan, plan.model.name, o.id);
+    const uint32_t lanes = plan.mode.priority ? kRanks : 1;
+    // conns[server][lane]; lanes with no tensors stay closed.
+    std::vector<std::vector<std::unique_ptr<Conn>>> conns(servers.size());
+    std::vector<bool> lane_used(lanes, !plan.mode.priority);
+    for (uint32_t t = 0; t < plan.placement.tensors.size(); ++t)
+        if (plan.mode.priority)
+            lane_used[plan.rank_of_tensor[t]] = true;
+    for (size_t s = 0; s < servers.size(); ++s) {
+        conns[s].resize(lanes);
+        for (uint32_t lane = 0; lane < lanes; ++lane) {
+            if (!lane_used[lane])
+                continue;
+            const int fd = tcp_connect(servers[s], plan.mode.priority);
+            const uint32_t hello[3] = {kMagic, o.id, lane};
+            send_all(fd, hello, sizeof(hello));
+            if (agent)
+                agent->register_socket(plan.layer_of_rank[lane], fd);
+            conns[s][lane] = std::make_unique<Conn>(fd);
+        }
+    }
+
+    const auto [fwd_us, bwd_us] = plan.timings_us();
+    std::vector<std::map<uint32_t, uint32_t>> pulled(o.iterations + 1);  // iteration -> tensor -> chunks
+    std::vector<uint32_t> tensor_of_layer(plan.model.layers.size(), UINT32_MAX);
+    std::vector<uint32_t> tensor_chunks(plan.placement.tensors.size(), 0);
+    for (uint32_t t = 0; t < plan.placement.tensors.size(); ++t) {
+        tensor_of_layer[plan.placement.tensors[t].layer] = t;
+        for (uint32_t s : plan.placement.tensors[t].shards)
+            tensor_chunks[t] += plan.chunks[s];
+    }
+
+    uint64_t sent = 0, pushed_payload = 0;
+
+    uint32_t iteration = 0;
+    size_t layer = 0;
+    bool backward = false;
+    double busy_until = 0;             // 0: not computing
+    double compute_clock = now_s();    // when the last compute step ended
+    bool waiting = false;              // forward pass blocked on parameters
+    std::vector<double> boundaries{compute_clock};
+    const size_t n_layers = plan.model.layers.size();
+
+    auto params_ready = [&](size_t l) {
+        const uint32_t t = tensor_of_layer[l];
+        return iteration == 0 || t == UINT32_MAX || pulled[iteration - 1][t] == tensor_chunks[t];
+    };
+    auto push = [&](size_t l) {
+        const uint32_t t = tensor_of_layer[l];
+        if (t == UINT32_MAX)
+            return;
+        for (uint32_t s : plan.placement.tensors[t].shards)
+            for (uint32_t c = 0; c < plan.chunks[s]; ++c) {
+                const Header h{iteration, s, c, static_cast<uint32_t>(plan.chunk_bytes(s, c))};
+                conns[plan.placement.shards[s].server][plan.lane(s)]->queue(h);
+                pushed_payload += h.bytes;
+            }
+    };
+
+    double last_progress = now_s();
+    size_t last_state = SIZE_MAX;
+    while (iteration < o.iterations) {
+        // Compute: one layer at a time, forward then backward.
+        const double now = now_s();
+        // Watchdog: a stuck run says where it is stuck instead of hanging.
+        const size_t state = (iteration * 2 + backward) * (n_layers + 1) + layer;
+        if (state != last_state) {
+            last_state = state;
+            last_progress = now;
+        } else if (now - last_progress > 20) {
+            size_t queued = 0;
+            for (auto& per_server : conns)
+                for (auto& c : per_server)
+                    queued += c && c->want_write();
+            const uint32_t t = tensor_of_layer[layer];
+            throw std::runtime_error(
+                "no progress for 20 s: iteration " + std::to_string(iteration) + (backward ? " backward" : " forward") +
+                " layer " + std::to_string(layer) + ", tensor " + std::to_string(t) + " has " +
+                (t == UINT32_MAX || !iteration ? std::string("-") : std::to_string(pulled[iteration - 1][t])) + "/" +
+                (t == UINT32_MAX ? std::string("-") : std::to_string(tensor_chunks[t])) + " chunks, " +
+                std::to_string(queued) + " connections with unsent data");
+        }
+        // Compute runs on its own clock: a layer starts when the previous one
+        // ended (not when this process happened to wake up), or when its
+        // parameters arrived if it had to wait. Late wakeups cost nothing.
+        if (busy_until && now >= busy_until) {
+            const double ended = busy_until;
+            busy_until = 0;
+            compute_clock = ended;
+            if (!backward) {
+                if (++layer == n_layers) {
+                    backward = true;
+                    layer = n_layers - 1;
+                    busy_until = ended + bwd_us[layer] / 1e6;
+                }
+            } else {
+                push(layer);
+                if (layer == 0) {
+                    ++iteration;
+                    boundaries.push_back(ended);
+                    backward = false;
+                    if (agent) {
+                        agent->begin_iteration(iteration);
+                        agent->report_timings(iteration, fwd_us, bwd_us);
+                    }
+                } else {
+                    --layer;
+                    busy_until = ended + bwd_us[layer] / 1e6;
+                }
+            }
+        }
+        if (!busy_until && !backward && iteration < o.iterations && params_ready(layer)) {
+            // Waited for parameters: the layer starts now; else back to back.
+            const double start = waiting ? now : compute_clock;
+            busy_until = start + fwd_us[layer] / 1e6 + 1e-9;
+            waiting = false;
+        } else if (!busy_until && !backward) {
+            waiting = true;
+        }
+
+        std::vector<pollfd> fds;
+        std::vector<Conn*> order;
+        for (auto& per_server : conns)
+            for (auto& c : per_server)
+                if (c) {
+                    fds.push_back({c->fd(), static_cast<short>(POLLIN | (c->want_write() ? POLLOUT : 0)), 0});
+                    order.push_back(c.get());
+                }
+        // Whole milliseconds, rounded down: the compute clock absorbs the slack.
+        const double wait = busy_until ? std::max(0.0, busy_until - now_s()) : 0.05;
+        ::poll(fds.data(), fds.size(), static_cast<int>(wait * 1000));
+        for (size_t i = 0; i < fds.size(); ++i) {
+            if (fds[i].revents & POLLOUT)
+                sent += order[i]->flush();
+            if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+                const bool ok = order[i]->read([&](const Header& h) {
+                    if (h.iteration < pulled.size() && h.shard < plan.placement.shards.size())
+                        ++pulled[h.iteration][plan.placement.shards[h.shard].tensor];
+                });
+                if (!ok)
+                    throw std::runtime_error("server closed a connection");
+            }
+        }
+    }
+
+    // The last iteration's gradients still have to reach the servers.
+    for (bool pending = true; pending;) {
+        pending = false;
+        std::vector<pollfd> fds;
+        std::vector<Conn*> order;
+        for (auto& per_server : conns)
+            for (auto& c : per_server)
+                if (c && c->want_write()) {
+                    fds.push_back({c->fd(), POLLOUT, 0});
+                    order.push_back(c.get());
+                }
+        if (fds.empty())
+            break;
+        pending = true;
+        ::poll(fds.data(), fds.size(), 100);
+        for (size_t i = 0; i < fds.size(); ++i)
+            if (fds[i].revents & POLLOUT)
+                sent += order[i]->flush();
+    }
+
+    uint64_t received = 0;
+    for (auto& per_server : conns)
+        for (auto& c : per_server)
+            if (c)
+                received += c->received_payload();
+    std::vector<double> iters;
+    for (size_t i = 1; i < boundaries.size(); ++i)
+        iters.push_back(boundaries[i] - boundaries[i - 1]);
+    double mean = 0;
+    size_t counted = 0;
+    for (size_t i = o.warmup; i < iters.size(); ++i, ++counted)
+        mean += iters[i];
+    mean = counted ? mean / static_cast<double>(counted) : 0;
+    uint64_t per_iteration = 0;
+    for (const auto& t : plan.placement.tensors)
+        per_iteration += t.bytes;
+    std::printf("{\"role\":\"worker\",\"id\":%u,\"model\":\"%s\",\"mode\":\"%s\",\"iterations\":[", o.id,
+                plan.model.name.c_str(), o.mode_name.c_str());
+    for (size_t i = 0; i < iters.size(); ++i)
+        std::printf("%s%.4f", i ? "," : "", iters[i]);
+    std::printf("],\"mean_s\":%.4f,\"pushed_bytes\":%llu,\"expected_push_bytes\":%llu,\"pulled_bytes\":%llu,"
+                "\"expected_pull_bytes\":%llu,\"wire_bytes_sent\":%llu}\n",
+                mean, static_cast<unsigned long long>(pushed_payload),
+                static_cast<unsigned long long>(per_iteration * o.iterations),
+                static_cast<unsigned long long>(received),
+                static_cast<unsigned long long>(per_iteration * (o.iterations - 1)),
+                static_cast<unsigned long long>(sent));
+    return 0;
+}
+
+int run_server(const Options& o)
+{
+    Plan plan(o);
+    const auto ep = Endpoint::parse(o.listen);
+    if (!ep)
+        throw std::runtime_error("--listen IP:PORT");
+    const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+    const int one = 1;
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (plan.mode.priority)
+        set_cc(lfd, "mercury");
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(ep->port);
+    std::memcpy(&sin.sin_addr, ep->addr.data(), 4);
+    if (::bind(lfd, reinterpret_cast<const sockaddr*>(&sin), sizeof(sin)) || ::listen(lfd, 256))
+        throw std::runtime_error("cannot listen on " + o.listen + ": " + std::strerror(errno));
+    auto agent = join_agent(plan, plan.model.name, 1000 + o.id);
+
+    struct Peer {
+        std::unique_ptr<Conn> conn;
+        uint32_t worker = UINT32_MAX, lane = 0;
+        uint32_t hello[3] = {};
+        size_t hello_have = 0;
+    };
+    std::vector<Peer> peers;
+    std::map<std::pair<uint32_t, uint32_t>, Conn*> route;  // (worker, lane) -> connection
+    std::map<std::tuple<uint32_t, uint32_t, uint32_t>, uint32_t> aggregated;
+    uint64_t received = 0;
+    size_t closed = 0, expected = 0;
+    bool accepting = true;
+
+    auto reply = [&](uint32_t iteration, uint32_t shard, uint32_t chunk) {
+        for (uint32_t w = 0; w < o.workers; ++w)
+            route.at({w, plan.lane(shard)})->queue({iteration, shard, chunk,
+                                                    static_cast<uint32_t>(plan.chunk_bytes(shard, chunk))});
+    };
+    auto on_chunk = [&](const Header& h) {
+        received += h.bytes;
+        if (h.iteration + 1 >= o.iterations || h.shard >= plan.placement.shards.size())
+            return;  // the last iteration's gradients need no reply
+        if (plan.mode.immediate) {
+            if (++aggregated[{h.iteration, h.shard, h.chunk}] == o.workers)
+                reply(h.iteration, h.shard, h.chunk);
+        } else if (++aggregated[{h.iteration, h.shard, UINT32_MAX}] == o.workers * plan.chunks[h.shard]) {
+            for (uint32_t c = 0; c < plan.chunks[h.shard]; ++c)
+                reply(h.iteration, h.shard, c);
+        }
+    };
+
+    while (accepting || closed < peers.size()) {
+        std::vector<pollfd> fds;
+        if (accepting)
+            fds.push_back({lfd, POLLIN, 0});
+        for (auto& p : peers)
+            fds.push_back({p.conn ? p.conn->fd() : -1,
+                           static_cast<short>(POLLIN | (p.conn && p.conn->want_write() ? POLLOUT : 0)), 0});
+        ::poll(fds.data(), fds.size(), 200);
+        size_t i = 0;
+        if (accepting && (fds[i++].revents & POLLIN)) {
+            const int fd = ::accept(lfd, nullptr, nullptr);
+            if (fd >= 0) {
+                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                peers.push_back({std::make_unique<Conn>(fd)});
+            }
+            continue;  // fds and peers no longer line up
+        }
+        for (auto& p : peers) {
+            const auto& f = fds[i++];
+            if (!p.conn)
+                continue;
+            if (f.revents & POLLOUT)
+                p.conn->flush();
+            if (!(f.revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            if (p.hello_have < sizeof(p.hello)) {
+                const ssize_t n = ::recv(p.conn->fd(), reinterpret_cast<char*>(p.hello) + p.hello_have,
+                                         sizeof(p.hello) - p.hello_have, MSG_DONTWAIT);
+                if (n > 0)
+                    p.hello_have += static_cast<size_t>(n);
+                if (p.hello_have == sizeof(p.hello)) {
+                    if (p.hello[0] != kMagic)
+                        throw std::runtime_error("bad hello");
+                    p.worker = p.hello[1];
+                    p.lane = p.hello[2];
+                    route[{p.worker, p.lane}] = p.conn.get();
+                    if (agent)
+                        agent->register_socket(plan.layer_of_rank[p.lane], p.conn->fd());
+                }
+                continue;
+            }
+            if (!p.conn->read(on_chunk)) {
+                p.conn.reset();
+                ++closed;
+            }
+        }
+        // Every worker opens the same set of lanes to every server.
+        if (!expected) {
+            std::vector<bool> used(plan.mode.priority ? kRanks : 1, !plan.mode.priority);
+            for (uint32_t t = 0; t < plan.placement.tensors.size(); ++t)
+                if (plan.mode.priority)
+                    used[plan.rank_of_tensor[t]] = true;
+            for (bool u : used)
+                expected += u ? o.workers : 0;
+        }
+        if (accepting && route.size() == expected)
+            accepting = false;
+    }
+    std::printf("{\"role\":\"server\",\"id\":%u,\"received_bytes\":%llu}\n", o.id,
+                static_cast<unsigned long long>(received));
+    return 0;
+}
+
+int run_ideal(const Options& o)
+{
+    Plan plan(o);
+    SimConfig c;
+    c.workers = o.workers;
+    c.servers = o.servers;
+    c.link_bytes_per_s = o.rate_mbit * 1e6 / 8;
+    c.chunk_bytes = kChunk;
+    c.priority = plan.mode.priority;
+    c.immediate = plan.mode.immediate;
+    c.iterations = o.iterations;
+    c.warmup = o.warmup;
+    const auto r = simulate(plan.model, plan.placement, c);
+    std::printf("{\"role\":\"ideal\",\"model\":\"%s\",\"mode\":\"%s\",\"mean_s\":%.4f}\n", plan.model.name.c_str(),
+                o.mode_name.c_str(), r.mean_iteration_s);
+    return 0;
+}
+
+Options parse(int argc, char** argv)
+{
+    Options o;
+    if (argc < 2)
+        throw std::runtime_error("usage: mercury-replay server|worker|ideal OPTIONS (see the header of replay.cpp)");
+    o.role = argv[1];
+    for (int i = 2; i < argc; i += 2) {
+        if (i + 1 >= argc)
+            throw std::runtime_error(std::string("missing value for ") + argv[i]);
+        const std::string a = argv[i], v = argv[i + 1];
+        if (a == "--id") o.id = static_cast<uint32_t>(std::stoul(v));
+        else if (a == "--profile") o.profile = v;
+        else if (a == "--mode") o.mode_name = v;
+        else if (a == "--listen") o.listen = v;
+        else if (a == "--servers") o.servers_csv = v;
+        else if (a == "--workers") o.workers = static_cast<uint32_t>(std::stoul(v));
+        else if (a == "--servers-count") o.servers = static_cast<uint32_t>(std::stoul(v));
+        else if (a == "--iterations") o.iterations = static_cast<uint32_t>(std::stoul(v));
+        else if (a == "--warmup") o.warmup = static_cast<uint32_t>(std::stoul(v));
+        else if (a == "--byte-divisor") o.byte_divisor = std::stod(v);
+        else if (a == "--rate-mbit") o.rate_mbit = std::stod(v);
+        else throw std::runtime_error("unknown option " + a);
+    }
+    if (o.profile.empty() || !o.workers || !o.servers || o.byte_divisor <= 0 || o.iterations < 2)
+        throw std::runtime_error("need --profile, --workers, --servers-count, --byte-divisor > 0, --iterations >= 2");
+    return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    std::signal(SIGPIPE, SIG_IGN);  // a peer that left is an EPIPE, not our death
+    try {
+        const Options o = parse(argc, argv);
+        if (o.role == "worker")
+            return run_worker(o);
+        if (o.role == "server")
+            return run_server(o);
+        if (o.role == "ideal")
+            return run_ideal(o);
+        throw std::runtime_error("role is server, worker or ideal");
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "mercury-replay: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: GPL-2.0
+#include <catch2/catch.hpp>
+
+#include "model.hpp"
+#include "simulator.hpp"
+
+using namespace mercury::experiment;
+
+TEST_CASE("PipeDream graphs come out in topological order", "[experiment]")
+{
+    // Node numbers deliberately out of order; edges decide.
+    const std::string g =
+        "node3 -- Linear(in_features=4, out_features=2, bias=True) -- forward_compute_time=1.000, "
+        "backward_compute_time=2.000, activation_size=8.0, parameter_size=40.000\n"
+        "node1 -- Input0 -- forward_compute_time=0.000, backward_compute_time=0.000, activation_size=4.0, "
+        "parameter_size=0.000\n"
+        "node2 -- ReLU(inplace) -- forward_compute_time=0.500, backward_compute_time=0.250, activation_size=4.0, "
+        "parameter_size=0.000\n"
+        "\tnode1 -- node2\n\tnode2 -- node3\n";
+    const Model m = parse_pipedream(g, "tiny");
+    REQUIRE(m.layers.size() == 3);
+    CHECK(m.layers[0].name == "node1 Input0");
+    CHECK(m.layers[1].name == "node2 ReLU");
+    CHECK(m.layers[2].name == "node3 Linear");
+    CHECK(m.layers[2].param_bytes == 40);
+    CHECK(m.layers[2].backward_ms == 2.0);
+}
+
+TEST_CASE("malformed profiles fail clearly", "[experiment]")
+{
+    CHECK_THROWS_WITH(parse_pipedream("node1 -- X -- nonsense\n", "bad"), Catch::Contains("bad:1"));
+    CHECK_THROWS_WITH(parse_pipedream("", "empty"), Catch::Contains("no nodes"));
+    const std::string cyc =
+        "node1 -- A -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=0\n"
+        "node2 -- B -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=0\n"
+        "\tnode1 -- node2\n\tnode2 -- node1\n";
+    CHECK_THROWS_WITH(parse_pipedream(cyc, "cyc"), Catch::Contains("cycle"));
+    CHECK_THROWS_WITH(parse_pipedream(
+                          "node1 -- A -- forward_compute_time=1, backward_compute_time=1, activation_size=1, "
+                          "parameter_size=0\n\tnode1 -- node9\n",
+                          "dangling"),
+                      Catch::Contains("unknown node"));
+    CHECK_THROWS_WITH(parse_simple("conv 1 2\n", "short"), Catch::Contains("short:1"));
+    CHECK_THROWS_WITH(parse_simple("conv 1 -2 3\n", "neg"), Catch::Contains("negative"));
+}
+
+TEST_CASE("the simple format and scaling", "[experiment]")
+{
+    const Model m = parse_simple("# name fwd bwd bytes\nconv 2 4 1000\nfc 1 1 300 # comment\n", "s");
+    REQUIRE(m.layers.size() == 2);
+    const Model s = scale(m, 100, 0.5);
+    CHECK(s.layers[0].param_bytes == 10);
+    CHECK(s.layers[0].forward_ms == 1.0);
+    CHECK(s.layers[1].param_bytes == 3);
+}
+
+TEST_CASE("placement follows MXNet's kvstore", "[experiment]")
+{
+    Model m;
+    m.layers = {{"big", 1, 1, 8000000},    // 2M elements: split over all servers
+                {"none", 1, 1, 0},         // no tensor
+                {"a", 1, 1, 4000},         // whole, round robin
+                {"b", 1, 1, 4000},
+                {"c", 1, 1, 4000}};
+    const Placement p = place(m, 4, 100);
+    REQUIRE(p.tensors.size() == 4);
+    CHECK(p.tensors[0].shards.size() == 4);
+    uint64_t total = 0;
+    for (uint32_t s : p.tensors[0].shards)
+        total += p.shards[s].bytes;
+    CHECK(total == 80000);   // scaled, nothing lost in the split
+    CHECK(p.tensors[1].layer == 2);
+    CHECK(p.shards[p.tensors[1].shards[0]].server == 0);
+    CHECK(p.shards[p.tensors[2].shards[0]].server == 1);
+    CHECK(p.shards[p.tensors[3].shards[0]].server == 2);
+}
+
+TEST_CASE("simulator: hand-computed single worker, single server", "[experiment]")
+{
+    // One layer, 1 ms forward, 1 ms backward, 1000 B; link 1 MB/s; one chunk.
+    // Push: 1 ms up + 1 ms down; pull: 1 ms up + 1 ms down. Iteration =
+    // fwd 1 + bwd 1 + 4 ms transfer = 6 ms.
+    Model m;
+    m.layers = {{"l", 1, 1, 1000}};
+    const Placement p = place(m, 1, 1);
+    SimConfig c;
+    c.workers = 1;
+    c.servers = 1;
+    c.link_bytes_per_s = 1e6;
+    c.chunk_bytes = 1000;
+    c.iterations = 6;
+    c.warmup = 1;
+    CHECK(simulate(m, p, c).mean_iteration_s == Approx(0.006));
+}
+
+TEST_CASE("simulator: priority and immediate aggregation each help, together most", "[experiment]")
+{
+    // Front layer small, back layer big: FIFO makes the front wait.
+    Model m;
+    m.layers = {{"front", 5, 5, 400000}, {"mid", 5, 5, 400000}, {"back", 5, 5, 4000000}};
+    const Placement p = place(m, 2, 1);
+    auto run = [&](bool prio, bool imm) {
+        SimConfig c;
+        c.workers = 2;
+        c.servers = 2;
+        c.link_bytes_per_s = 100e6;
+        c.chunk_bytes = 10000;
+        c.priority = prio;
+        c.immediate = imm;
+        return simulate(m, p, c).mean_iteration_s;
+    };
+    const double fifo = run(false, false), prio = run(true, false), imm = run(false, true), both = run(true, true);
+    CHECK(prio <= fifo);
+    CHECK(imm < fifo);
+    CHECK(both <= prio);
+    CHECK(both <= imm);
+    CHECK(both < fifo);
+}
+
+TEST_CASE("simulator: compute-bound models gain nothing", "[experiment]")
+{
+    Model m;
+    m.layers = {{"a", 50, 50, 1000}, {"b", 50, 50, 1000}};
+    const Placement p = place(m, 1, 1);
+    SimConfig c;
+    c.workers = 2;
+    c.servers = 1;
+    c.link_bytes_per_s = 1e9;
+    c.chunk_bytes = 1000;
+    const double fifo = simulate(m, p, c).mean_iteration_s;
+    c.priority = false;
+    c.immediate = false;
+    CHECK(fifo == Approx(0.2).epsilon(0.01));
+}

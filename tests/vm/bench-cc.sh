@@ -32,17 +32,10 @@ reach() {
 
 rtts() { awk -v ms="$1" -v us="$2" 'BEGIN { if (ms < 0 || us <= 0) print "-"; else printf "%.1f", ms * 1000 / us }'; }
 
-# handover CC TOPOLOGY: bulk for 7 s; urgent joins at 1.5 s for 3 s.
+# handover CC TOPOLOGY: run_handover (lib.sh), measured at 20 ms samples.
 handover() {
-	local cc=$1 topo=$2 nsu nsb
-	if [ "$topo" = same_host ]; then nsu=h1 nsb=h1; else nsu=a nsb=b; fi
-	"topo_$topo"
-	ctl $nsu tag set 1 0
-	ctl $nsb tag set 3 3
-	flow $nsb bulk --cc "$cc" --prio 3 --seconds 7 --interval-ms 20
-	sleep 1.5
-	flow $nsu urgent --cc "$cc" --prio 1 --seconds 3 --interval-ms 20
-	wait_flows
+	local cc=$1 topo=$2
+	run_handover "$topo" "$cc" 20
 
 	local u0 u1 ur br share up back rtt util rx
 	u0=$(first_t /tmp/flow-urgent)
@@ -82,12 +75,7 @@ pair() {
 }
 
 weights() {
-	topo_incast
-	ctl a tag set 4 0 --weight 64
-	ctl a tag set 5 0 --weight 4
-	flow a heavy --cc mercury --prio 4 --seconds 5
-	flow a light --cc mercury --prio 5 --seconds 5
-	wait_flows
+	run_weights 5
 	printf 'BENCH weights  incast    mercury split=%s (weights 64:4, one rank)\n' \
 		"$(ratio "$(result_field /tmp/flow-heavy acked)" "$(result_field /tmp/flow-light acked)")"
 	topo_clear

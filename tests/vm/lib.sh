@@ -94,6 +94,7 @@ set_default_cc() {	# set_default_cc NS CC
 # Same host: sender h1 -- receiver h2, rate limit on h1's own egress
 # (the NIC is the bottleneck; TCP Small Queues keep losses rare).
 topo_same_host() {
+	local ns
 	$IP netns add h1
 	$IP netns add h2
 	$IP link add v1 netns h1 type veth peer name v2 netns h2
@@ -185,6 +186,35 @@ ctl() {	# ctl NS ARGS...: mercuryctl in a namespace
 
 stat_of() {	# stat_of NS NAME
 	ctl "$1" stats | awk -v k="$2" '$1 == k { print $2 }'
+}
+
+# Scenarios shared by the tests and bench-cc, so both measure the same thing.
+
+# run_handover TOPOLOGY CC INTERVAL_MS: a bulk flow (tag 3 -> rank 3) runs
+# 7 s; an urgent flow (tag 1 -> rank 0) joins at 1.5 s for 3 s; on one host
+# (same_host) or from hosts a and b through the router (incast). Samples in
+# /tmp/flow-bulk and /tmp/flow-urgent.
+run_handover() {
+	local nsu=a nsb=b
+	[ "$1" = same_host ] && nsu=h1 nsb=h1
+	"topo_$1"
+	ctl $nsu tag set 1 0
+	ctl $nsb tag set 3 3
+	flow $nsb bulk --cc "$2" --prio 3 --seconds 7 --interval-ms "$3"
+	sleep 1.5
+	flow $nsu urgent --cc "$2" --prio 1 --seconds 3 --interval-ms "$3"
+	wait_flows
+}
+
+# run_weights SECONDS: two rank-0 flows from host a through the router queue,
+# weights 64 and 4. Results in /tmp/flow-heavy and /tmp/flow-light.
+run_weights() {
+	topo_incast
+	ctl a tag set 4 0 --weight 64
+	ctl a tag set 5 0 --weight 4
+	flow a heavy --cc mercury --prio 4 --seconds "$1"
+	flow a light --cc mercury --prio 5 --seconds "$1"
+	wait_flows
 }
 
 # run_test NAME: run test_NAME with a clean slate and a kernel-log check.

@@ -92,13 +92,7 @@ test_fair_untagged() {
 }
 
 test_precedence_same_host() {
-	topo_same_host
-	ctl h1 tag set 1 0
-	ctl h1 tag set 3 3
-	flow h1 bulk --cc mercury --prio 3 --seconds 7 --interval-ms 100
-	sleep 1.5
-	flow h1 urgent --cc mercury --prio 1 --seconds 3 --interval-ms 100
-	wait_flows
+	run_handover same_host mercury 100
 	local u0 u1 b1 urgent during after before r1 r2 r3
 	u0=$(first_t /tmp/flow-urgent)
 	u1=$(last_t /tmp/flow-urgent)
@@ -119,12 +113,7 @@ test_precedence_same_host() {
 }
 
 test_weights() {
-	topo_incast
-	ctl a tag set 4 0 --weight 64
-	ctl a tag set 5 0 --weight 4
-	flow a heavy --cc mercury --prio 4 --seconds 6
-	flow a light --cc mercury --prio 5 --seconds 6
-	wait_flows
+	run_weights 6
 	local h l r rec loss
 	h=$(result_field /tmp/flow-heavy acked)
 	l=$(result_field /tmp/flow-light acked)
@@ -138,13 +127,7 @@ test_weights() {
 }
 
 test_cross_host() {
-	topo_incast
-	ctl a tag set 1 0
-	ctl b tag set 3 3
-	flow b bulk --cc mercury --prio 3 --seconds 7 --interval-ms 100
-	sleep 1.5
-	flow a urgent --cc mercury --prio 1 --seconds 3 --interval-ms 100
-	wait_flows
+	run_handover incast mercury 100
 	local u0 u1 urgent during r
 	u0=$(first_t /tmp/flow-urgent)
 	u1=$(last_t /tmp/flow-urgent)

@@ -18,7 +18,7 @@
  * incast bottleneck. A held flow is let go for max_hold/8 after every
  * max_hold, so nothing starves; entries the agent stops refreshing expire
  * and the flow falls back to plain fair behaviour. Unranked flows behave as
- * Reno.
+ * Reno with HyStart's delay-based slow-start exit.
  *
  * The arithmetic lives in include/mercury/cc_core.h, shared with the eBPF
  * variant and unit tests; this file is the glue to struct tcp_sock.
@@ -238,6 +238,13 @@ static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 	struct mercury_window w;
 
 	mercury_refresh_prio(sk, ca, mn);
+	/* Delay seen while holding others is their queue draining. */
+	if (sample->rtt_us > 0 &&
+	    mercury_slow_start_done(tcp_snd_cwnd(tp), tp->snd_ssthresh,
+				    sample->rtt_us, tcp_min_rtt(tp)) &&
+	    !mercury_preempting(mn->last_active_us, ca->rank, now_us,
+				mercury_hold_window_us(tp->srtt_us >> 3)))
+		tp->snd_ssthresh = tcp_snd_cwnd(tp);
 	if (ca->rank >= MERCURY_NUM_RANKS) {
 		if (ca->flags & MERCURY_F_HELD)	/* lost its rank while held */
 			mercury_update_hold(sk, ca, mn, now_us);

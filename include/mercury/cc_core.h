@@ -9,7 +9,10 @@
  * datapaths cannot drift apart.
  *
  * The model, per flow:
- *  - Loss-based base: slow start, then additive increase of weight/UNIT
+ *  - Loss-based base: slow start (left on loss, or on a delay rise as in
+ *    HyStart: without it a sender whose own NIC is the bottleneck never
+ *    loses a packet and the largest window keeps doubling), then additive
+ *    increase of weight/UNIT
  *    packets per RTT; on loss the window shrinks like Reno, and less for
  *    heavier flows (MulTCP: a weight-N flow backs off by 1/(2N)), so weights
  *    set the split within a rank under loss, not just the growth.
@@ -69,6 +72,26 @@ static inline void mercury_increase(struct mercury_window *w, __u32 acked,
 		w->cwnd = clamp;
 }
 
+/* HyStart's delay test: leave slow start once an RTT sample exceeds the
+ * minimum by clamp(min/8, 4 ms, 16 ms), for windows of at least 16 packets. */
+#define MERCURY_SS_LOW_WINDOW		16
+#define MERCURY_SS_DELAY_MIN_US		4000
+#define MERCURY_SS_DELAY_MAX_US		16000
+
+static inline int mercury_slow_start_done(__u32 cwnd, __u32 ssthresh,
+					  __u32 rtt_us, __u32 min_rtt_us)
+{
+	__u32 eta = min_rtt_us / 8;
+
+	if (cwnd >= ssthresh || cwnd < MERCURY_SS_LOW_WINDOW || !min_rtt_us)
+		return 0;
+	if (eta < MERCURY_SS_DELAY_MIN_US)
+		eta = MERCURY_SS_DELAY_MIN_US;
+	if (eta > MERCURY_SS_DELAY_MAX_US)
+		eta = MERCURY_SS_DELAY_MAX_US;
+	return rtt_us > min_rtt_us + eta;
+}
+
 /* ssthresh after a loss: Reno's half for weight <= UNIT, 1/(2N) for N units. */
 static inline __u32 mercury_ssthresh_after_loss(__u32 cwnd, __u32 weight)
 {
@@ -116,6 +139,27 @@ static inline int mercury_preempted(const __u64 *last_active_us, __u32 rank,
 			return 1;
 		/* A stamp slightly ahead of our clock is fresh, too. */
 		if (t > now_us)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * True if a rank less urgent than @rank was active within @window_us: this
+ * flow is then holding it, and the queue it sees is theirs draining, not
+ * congestion (so slow start must not end on that delay).
+ */
+static inline int mercury_preempting(const __u64 *last_active_us, __u32 rank,
+				     __u64 now_us, __u32 window_us)
+{
+	__u32 r;
+
+	if (rank >= MERCURY_NUM_RANKS)
+		return 0;
+	for (r = rank + 1; r < MERCURY_NUM_RANKS; r++) {
+		__u64 t = last_active_us[r];
+
+		if (t && (t > now_us || now_us - t < window_us))
 			return 1;
 	}
 	return 0;

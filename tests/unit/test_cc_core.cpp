@@ -142,3 +142,31 @@ TEST_CASE("sanitize repairs windows the CC did not set", "[core]")
     CHECK(huge.cwnd == 1000);
     CHECK(huge.ssthresh == 2);
 }
+
+TEST_CASE("slow start ends on a delay rise, as HyStart's delay test", "[core]")
+{
+    // min RTT 1 ms: eta is clamped up to 4 ms.
+    CHECK_FALSE(mercury_slow_start_done(100, 0xffffffff, 4900, 1000));
+    CHECK(mercury_slow_start_done(100, 0xffffffff, 5100, 1000));
+    // min RTT 80 ms: eta = 10 ms.
+    CHECK_FALSE(mercury_slow_start_done(100, 0xffffffff, 89000, 80000));
+    CHECK(mercury_slow_start_done(100, 0xffffffff, 91000, 80000));
+    // min RTT 400 ms: eta clamped to 16 ms.
+    CHECK(mercury_slow_start_done(100, 0xffffffff, 417000, 400000));
+    CHECK_FALSE(mercury_slow_start_done(8, 0xffffffff, 90000, 1000));    // small window
+    CHECK_FALSE(mercury_slow_start_done(100, 50, 90000, 1000));          // not in slow start
+    CHECK_FALSE(mercury_slow_start_done(100, 0xffffffff, 90000, 0));     // no min RTT yet
+}
+
+TEST_CASE("a flow knows when it is holding a less urgent rank", "[core]")
+{
+    __u64 last[MERCURY_NUM_RANKS] = {};
+    const __u64 now = 1'000'000;
+    last[5] = now - 300;
+    CHECK(mercury_preempting(last, 0, now, 1000));
+    CHECK(mercury_preempting(last, 4, now, 1000));
+    CHECK_FALSE(mercury_preempting(last, 5, now, 1000));   // same rank
+    CHECK_FALSE(mercury_preempting(last, 6, now, 1000));   // more urgent is not held by us
+    CHECK_FALSE(mercury_preempting(last, 0, now + 2000, 1000));   // went quiet
+    CHECK_FALSE(mercury_preempting(last, MERCURY_RANK_NONE, now, 1000));
+}

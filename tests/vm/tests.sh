@@ -63,8 +63,9 @@ test_select_socket() {
 
 # fair_pair CC LABEL: two flows of CC from host a through the router queue.
 fair_pair() {
-	flow a "$2-1" --cc "$1" --seconds 5
-	flow a "$2-2" --cc "$1" --seconds 5
+	# 8 s: long enough for AIMD to converge through TCG's noise.
+	flow a "$2-1" --cc "$1" --seconds 8
+	flow a "$2-2" --cc "$1" --seconds 8
 	wait_flows
 	local x y t
 	x=$(result_field "/tmp/flow-$2-1" acked)

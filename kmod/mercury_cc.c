@@ -195,11 +195,10 @@ static void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
 
 	preempted = mercury_preempted(mn->last_active_us, ca->rank, now_us,
 				      window_us);
-	if (!preempted) {
+	if (!preempted)
 		ca->held_since_us = 0;
-	} else if (!ca->held_since_us) {
+	else if (!ca->held_since_us)
 		ca->held_since_us = now_us;
-	}
 	hold = preempted &&
 	       !mercury_in_grace(ca->held_since_us, now_us,
 				 READ_ONCE(mn->params.max_hold_ms));

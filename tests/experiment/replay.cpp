@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -89,6 +90,7 @@ struct Plan {
     std::vector<uint8_t> rank_of_tensor;    // from the agent's own rule
     std::vector<uint32_t> layer_of_rank;    // a layer holding each rank, for registration
     Mode mode;
+    std::vector<bool> lanes;                // per lane: does any tensor travel on it?
 
     Plan(const Options& o)
     {
@@ -108,6 +110,11 @@ struct Plan {
                 layer_of_rank[r] = tensor.layer;
         }
         mode = parse_mode(o.mode_name);
+        // Priority modes: one lane per rank that carries tensors; else one lane.
+        lanes.assign(mode.priority ? kRanks : 1, !mode.priority);
+        if (mode.priority)
+            for (uint8_t r : rank_of_tensor)
+                lanes[r] = true;
     }
     std::pair<std::vector<uint32_t>, std::vector<uint32_t>> timings_us() const
     {
@@ -214,6 +221,33 @@ private:
     uint64_t received_ = 0;
 };
 
+using Conns = std::vector<std::vector<std::unique_ptr<Conn>>>;  // [server][lane]
+
+// Polls the open connections (only those with unsent data if @writers_only)
+// and returns each with its revents; with @writers_only, a connection still
+// waiting to write is returned even when it got no event.
+std::vector<std::pair<Conn*, short>> poll_conns(const Conns& conns, bool writers_only, int timeout_ms)
+{
+    std::vector<pollfd> fds;
+    std::vector<Conn*> order;
+    for (const auto& per_server : conns)
+        for (const auto& c : per_server) {
+            if (!c || (writers_only && !c->want_write()))
+                continue;
+            const short events = writers_only ? POLLOUT : static_cast<short>(POLLIN | (c->want_write() ? POLLOUT : 0));
+            fds.push_back({c->fd(), events, 0});
+            order.push_back(c.get());
+        }
+    std::vector<std::pair<Conn*, short>> ready;
+    if (fds.empty())
+        return ready;
+    ::poll(fds.data(), fds.size(), timeout_ms);
+    for (size_t i = 0; i < fds.size(); ++i)
+        if (fds[i].revents || writers_only)
+            ready.emplace_back(order[i], fds[i].revents);
+    return ready;
+}
+
 void set_cc(int fd, const char* cc)
 {
     if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, std::strlen(cc)) != 0)
@@ -275,17 +309,12 @@ int run_worker(const Options& o)
         throw std::runtime_error("--servers lists " + std::to_string(servers.size()) + " endpoints");
 
     auto agent = join_agent(plan, plan.model.name, o.id);
-    const uint32_t lanes = plan.mode.priority ? kRanks : 1;
     // conns[server][lane]; lanes with no tensors stay closed.
-    std::vector<std::vector<std::unique_ptr<Conn>>> conns(servers.size());
-    std::vector<bool> lane_used(lanes, !plan.mode.priority);
-    for (uint32_t t = 0; t < plan.placement.tensors.size(); ++t)
-        if (plan.mode.priority)
-            lane_used[plan.rank_of_tensor[t]] = true;
+    Conns conns(servers.size());
     for (size_t s = 0; s < servers.size(); ++s) {
-        conns[s].resize(lanes);
-        for (uint32_t lane = 0; lane < lanes; ++lane) {
-            if (!lane_used[lane])
+        conns[s].resize(plan.lanes.size());
+        for (uint32_t lane = 0; lane < plan.lanes.size(); ++lane) {
+            if (!plan.lanes[lane])
                 continue;
             const int fd = tcp_connect(servers[s], plan.mode.priority);
             const uint32_t hello[3] = {kMagic, o.id, lane};
@@ -394,22 +423,13 @@ int run_worker(const Options& o)
             waiting = true;
         }
 
-        std::vector<pollfd> fds;
-        std::vector<Conn*> order;
-        for (auto& per_server : conns)
-            for (auto& c : per_server)
-                if (c) {
-                    fds.push_back({c->fd(), static_cast<short>(POLLIN | (c->want_write() ? POLLOUT : 0)), 0});
-                    order.push_back(c.get());
-                }
         // Whole milliseconds, rounded down: the compute clock absorbs the slack.
         const double wait = busy_until ? std::max(0.0, busy_until - now_s()) : 0.05;
-        ::poll(fds.data(), fds.size(), static_cast<int>(wait * 1000));
-        for (size_t i = 0; i < fds.size(); ++i) {
-            if (fds[i].revents & POLLOUT)
-                sent += order[i]->flush();
-            if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
-                const bool ok = order[i]->read([&](const Header& h) {
+        for (const auto& [conn, revents] : poll_conns(conns, false, static_cast<int>(wait * 1000))) {
+            if (revents & POLLOUT)
+                sent += conn->flush();
+            if (revents & (POLLIN | POLLHUP | POLLERR)) {
+                const bool ok = conn->read([&](const Header& h) {
                     if (h.iteration < pulled.size() && h.shard < plan.placement.shards.size())
                         ++pulled[h.iteration][plan.placement.shards[h.shard].tensor];
                 });
@@ -422,21 +442,11 @@ int run_worker(const Options& o)
     // The last iteration's gradients still have to reach the servers.
     for (bool pending = true; pending;) {
         pending = false;
-        std::vector<pollfd> fds;
-        std::vector<Conn*> order;
-        for (auto& per_server : conns)
-            for (auto& c : per_server)
-                if (c && c->want_write()) {
-                    fds.push_back({c->fd(), POLLOUT, 0});
-                    order.push_back(c.get());
-                }
-        if (fds.empty())
-            break;
-        pending = true;
-        ::poll(fds.data(), fds.size(), 100);
-        for (size_t i = 0; i < fds.size(); ++i)
-            if (fds[i].revents & POLLOUT)
-                sent += order[i]->flush();
+        for (const auto& [conn, revents] : poll_conns(conns, true, 100)) {
+            pending = true;
+            if (revents & POLLOUT)
+                sent += conn->flush();
+        }
     }
 
     uint64_t received = 0;
@@ -498,7 +508,9 @@ int run_server(const Options& o)
     std::map<std::pair<uint32_t, uint32_t>, Conn*> route;  // (worker, lane) -> connection
     std::map<std::tuple<uint32_t, uint32_t, uint32_t>, uint32_t> aggregated;
     uint64_t received = 0;
-    size_t closed = 0, expected = 0;
+    size_t closed = 0;
+    // Every worker opens one connection per used lane to every server.
+    const size_t expected = o.workers * static_cast<size_t>(std::count(plan.lanes.begin(), plan.lanes.end(), true));
     bool accepting = true;
 
     auto reply = [&](uint32_t iteration, uint32_t shard, uint32_t chunk) {
@@ -564,15 +576,6 @@ int run_server(const Options& o)
                 p.conn.reset();
                 ++closed;
             }
-        }
-        // Every worker opens the same set of lanes to every server.
-        if (!expected) {
-            std::vector<bool> used(plan.mode.priority ? kRanks : 1, !plan.mode.priority);
-            for (uint32_t t = 0; t < plan.placement.tensors.size(); ++t)
-                if (plan.mode.priority)
-                    used[plan.rank_of_tensor[t]] = true;
-            for (bool u : used)
-                expected += u ? o.workers : 0;
         }
         if (accepting && route.size() == expected)
             accepting = false;

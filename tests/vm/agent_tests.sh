@@ -21,18 +21,6 @@ agent_stop() {
 	rm -f $AGENT_SOCK
 }
 
-# wait_for TENTHS CMD...: poll CMD every 0.1 s until it succeeds.
-wait_for() {
-	local n=$1
-	shift
-	while [ "$n" -gt 0 ]; do
-		"$@" 2>/dev/null && return 0
-		sleep 0.1
-		n=$((n - 1))
-	done
-	return 1
-}
-
 flow_entries() { ctl h1 dump | grep -c '^flow '; }
 has_entries() { [ "$(flow_entries)" = "$1" ]; }
 
@@ -91,11 +79,7 @@ test_agent_module_reload() {
 	# cubic sockets: tcp_mercury must be unloadable while the trainer runs.
 	trainer --cc cubic --seconds 8
 	wait_for 30 has_entries 4
-	local i=0
-	while [ -d /sys/module/tcp_mercury ] && [ $i -lt 50 ]; do
-		rmmod tcp_mercury 2>/dev/null || sleep 0.1
-		i=$((i + 1))
-	done
+	unload_module 50
 	expect agent/module-unloaded "rmmod with the agent running" [ ! -d /sys/module/tcp_mercury ]
 	# The agent's family lookup autoloads the module (MODULE_ALIAS_GENL_FAMILY);
 	# load it by hand only if that has not happened.

@@ -16,18 +16,14 @@ LINK=6250
 # reach FILE T0 TARGET: ms from T0 until the rate over the last 3 samples
 # (60 ms) first reaches TARGET bytes/ms; -1 if it never does.
 reach() {
-	awk -v t0="$2" -v target="$3" '
-	/^sample/ {
-		for (i = 1; i <= NF; i++) {
-			if ($i ~ /^t_ms=/) { t = $i; sub("t_ms=", "", t) }
-			if ($i ~ /^acked=/) { a = $i; sub("acked=", "", a) }
-		}
-		n++; T[n] = t + 0; A[n] = a + 0
+	samples "$1" | awk -v t0="$2" -v target="$3" '
+	{
+		n++; T[n] = $1 + 0; A[n] = $2 + 0
 		if (n > 3 && T[n] >= t0 + 0 && !done && (A[n] - A[n - 3]) / (T[n] - T[n - 3]) >= target) {
 			print T[n] - t0; done = 1
 		}
 	}
-	END { if (!done) print -1 }' "$1"
+	END { if (!done) print -1 }'
 }
 
 rtts() { awk -v ms="$1" -v us="$2" 'BEGIN { if (ms < 0 || us <= 0) print "-"; else printf "%.1f", ms * 1000 / us }'; }

@@ -52,33 +52,45 @@ result_field() {
 	sed -n "s/^result .*[ ]$2=\([^ ]*\).*/\1/p" "$1" | tail -1
 }
 
+# wait_for TENTHS CMD...: poll CMD every 0.1 s until it succeeds.
+wait_for() {
+	local n=$1
+	shift
+	while [ "$n" -gt 0 ]; do
+		"$@" 2>/dev/null && return 0
+		sleep 0.1
+		n=$((n - 1))
+	done
+	return 1
+}
+
 # connected_field FILE KEY: from the "connected" line, waiting for it.
 connected_field() {
-	local i=0
-	while ! grep -q '^connected ' "$1" 2>/dev/null; do
-		i=$((i + 1))
-		[ $i -gt 100 ] && return 1
-		sleep 0.05
-	done
+	wait_for 50 grep -q '^connected ' "$1" || return 1
 	sed -n "s/^connected .*[ ]$2=\([^ ]*\).*/\1/p" "$1" | head -1
 }
 
-# first_t/last_t FILE: time (ms) of the first/last sample.
-first_t() { awk '/^sample/ { for (i = 1; i <= NF; i++) if ($i ~ /^t_ms=/) { sub("t_ms=", "", $i); print $i; exit } }' "$1"; }
-last_t() { awk '/^sample/ { for (i = 1; i <= NF; i++) if ($i ~ /^t_ms=/) { sub("t_ms=", "", $i); t = $i } } END { print t }' "$1"; }
-
-# rate FILE T0 T1: bytes acked per ms between two times, from samples.
-rate() {
-	awk -v t0="$2" -v t1="$3" '
-	/^sample/ {
+# samples FILE: mercury-flow's "sample" lines as "t_ms acked" pairs; the
+# helpers below read only these.
+samples() {
+	awk '/^sample/ {
 		for (i = 1; i <= NF; i++) {
 			if ($i ~ /^t_ms=/) { t = $i; sub("t_ms=", "", t) }
 			if ($i ~ /^acked=/) { a = $i; sub("acked=", "", a) }
 		}
-		if (t + 0 <= t0 + 0) a0 = a
-		if (t + 0 <= t1 + 0) a1 = a
-	}
-	END { if (t1 <= t0) { print 0; exit } printf "%.1f", (a1 - a0) / (t1 - t0) }' "$1"
+		print t, a
+	}' "$1"
+}
+
+# first_t/last_t FILE: time (ms) of the first/last sample.
+first_t() { samples "$1" | awk 'NR == 1 { print $1 }'; }
+last_t() { samples "$1" | awk 'END { print $1 }'; }
+
+# rate FILE T0 T1: bytes acked per ms between two times, from samples.
+rate() {
+	samples "$1" | awk -v t0="$2" -v t1="$3" '
+	{ if ($1 + 0 <= t0 + 0) a0 = $2; if ($1 + 0 <= t1 + 0) a1 = $2 }
+	END { if (t1 <= t0) { print 0; exit } printf "%.1f", (a1 - a0) / (t1 - t0) }'
 }
 
 in_ns() {
@@ -141,15 +153,17 @@ bottleneck_bytes() {
 	fi | awk '/Sent/ { print $2; exit }'
 }
 
+server_listening() { in_ns "$1" $SS -ltn | grep -q ":$PORT "; }
+
 start_server() {
 	in_ns "$1" mercury-flow server --port $PORT >/dev/null 2>&1 &
-	local i=0
-	while ! in_ns "$1" $SS -ltn 2>/dev/null | grep -q ":$PORT "; do
-		i=$((i + 1))
-		[ $i -gt 100 ] && { echo "INFO server in $1 did not start"; return 1; }
-		sleep 0.05
-	done
+	wait_for 50 server_listening "$1" || { echo "INFO server in $1 did not start"; return 1; }
 }
+
+# unload_module TENTHS: rmmod tcp_mercury, retrying while a dying netns or a
+# closing socket still holds it.
+module_gone() { rmmod tcp_mercury 2>/dev/null; [ ! -d /sys/module/tcp_mercury ]; }
+unload_module() { wait_for "$1" module_gone; }
 
 # Tear down every namespace (servers die with them).
 topo_clear() {

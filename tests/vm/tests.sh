@@ -234,25 +234,23 @@ test_netlink_bad_input() {
 	[ -n "$out" ] || fail netlink/bad-input "mercury-nltest printed nothing"
 }
 
+global_entries() { mercuryctl stats | awk '$1 == "global_entries" { print $2 }'; }
+global_entries_are() { [ "$(global_entries)" = "$1" ]; }
+
 test_netns_delete() {
 	local base now i
-	base=$(mercuryctl stats | awk '$1 == "global_entries" { print $2 }')
+	base=$(global_entries)
 	$IP netns add z
 	i=0
 	while [ $i -lt 50 ]; do ctl z tag set $i 1; i=$((i + 1)); done
 	ctl z flow set 10.9.0.1:1000 10.9.0.2:2000 2
 	ctl z flow set --cookie 12345 3
-	now=$(mercuryctl stats | awk '$1 == "global_entries" { print $2 }')
+	now=$(global_entries)
 	expect netns/entries-counted "global entries $base -> $now" [ "$now" = $((base + 52)) ]
 	expect netns/isolated "init_net sees none of them" [ "$(mercuryctl stats | awk '$1 == "tag_entries" { print $2 }')" = 0 ]
 	$IP netns del z
-	i=0
-	while [ $i -lt 100 ]; do
-		now=$(mercuryctl stats | awk '$1 == "global_entries" { print $2 }')
-		[ "$now" = "$base" ] && break
-		sleep 0.1
-		i=$((i + 1))
-	done
+	wait_for 100 global_entries_are "$base"
+	now=$(global_entries)
 	expect netns/freed "entries of a deleted netns freed ($now left of base $base)" [ "$now" = "$base" ]
 }
 
@@ -283,12 +281,7 @@ test_unload() {
 	rmmod tcp_mercury 2>/dev/null
 	expect unload/busy-while-default "rmmod refused while a netns default uses it" [ -d /sys/module/tcp_mercury ]
 	$IP netns del u
-	local i=0
-	while [ -d /sys/module/tcp_mercury ] && [ $i -lt 100 ]; do
-		rmmod tcp_mercury 2>/dev/null
-		sleep 0.1
-		i=$((i + 1))
-	done
+	unload_module 100
 	expect unload/rmmod "rmmod once nothing uses it (refcnt $(cat /sys/module/tcp_mercury/refcnt 2>/dev/null))" \
 		[ ! -d /sys/module/tcp_mercury ]
 }

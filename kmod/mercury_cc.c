@@ -52,11 +52,11 @@ struct mercury_sock {
 };
 
 struct mercury_params mercury_defaults = {
-	.cwnd_floor = 2,
-	.delay_thresh_us = 1000,
-	.entry_ttl_ms = 10000,
-	.max_entries = 4096,
-	.max_hold_ms = 1000,
+	.cwnd_floor = MERCURY_DEFAULT_CWND_FLOOR,
+	.delay_thresh_us = MERCURY_DEFAULT_DELAY_THRESH_US,
+	.entry_ttl_ms = MERCURY_DEFAULT_ENTRY_TTL_MS,
+	.max_entries = MERCURY_DEFAULT_MAX_ENTRIES,
+	.max_hold_ms = MERCURY_DEFAULT_MAX_HOLD_MS,
 	.debug = 0,
 };
 

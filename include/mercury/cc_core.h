@@ -156,9 +156,13 @@ static inline int mercury_preempting(const __u64 *last_active_us, __u32 rank,
 
 	if (rank >= MERCURY_NUM_RANKS)
 		return 0;
-	for (r = rank + 1; r < MERCURY_NUM_RANKS; r++) {
-		__u64 t = last_active_us[r];
+	/* Constant bounds: the BPF verifier must see every index in range. */
+	for (r = 0; r < MERCURY_NUM_RANKS; r++) {
+		__u64 t;
 
+		if (r <= rank)
+			continue;
+		t = last_active_us[r];
 		if (t && (t > now_us || now_us - t < window_us))
 			return 1;
 	}

@@ -108,6 +108,14 @@ enum mercury_param {
 #define MERCURY_MAX_HOLD_MS_MIN		10
 #define MERCURY_MAX_HOLD_MS_MAX		60000
 
+/* Defaults: the module's parameters, and the BPF datapath's per-netns
+ * values until a netns sets its own. */
+#define MERCURY_DEFAULT_CWND_FLOOR	2
+#define MERCURY_DEFAULT_DELAY_THRESH_US	1000
+#define MERCURY_DEFAULT_ENTRY_TTL_MS	10000
+#define MERCURY_DEFAULT_MAX_ENTRIES	4096
+#define MERCURY_DEFAULT_MAX_HOLD_MS	1000
+
 /* Counters of this netns (u64) unless marked global. */
 enum mercury_stat {
 	MERCURY_STAT_UNSPEC,

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-// mercuryctl: inspect and change tcp_mercury's per-netns table, parameters
-// and counters over generic netlink.
+// mercuryctl: inspect and change Mercury's per-netns table, parameters and
+// counters, in tcp_mercury.ko (generic netlink) or the BPF datapath (maps).
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -15,22 +15,22 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "genl_client.hpp"
+#include "datapath/datapath.hpp"
 #include "mercury/uapi.h"
 #include "protocol/wire.hpp"
 
 namespace {
 
-using mercury::GenlClient;
+using mercury::Datapath;
 using mercury::Status;
 
 // Exit codes scripts can rely on.
 constexpr int kExitOk = 0;
 constexpr int kExitRefused = 1;    // the kernel rejected the request
 constexpr int kExitUsage = 2;      // bad command line
-constexpr int kExitNoModule = 3;   // family absent: module not loaded
+constexpr int kExitNoModule = 3;   // no datapath: module not loaded, BPF not running
 
-constexpr const char* kUsage = R"(usage: mercuryctl [--json] COMMAND [ARGS]
+constexpr const char* kUsage = R"(usage: mercuryctl [--json] [--datapath=auto|kmod|bpf] COMMAND [ARGS]
 
 Commands (act on the caller's network namespace):
   tag set TAG RANK [--weight W] [--ttl MS]   priority for sockets with SO_PRIORITY TAG
@@ -48,8 +48,12 @@ FLOW is --cookie N (getsockopt SO_COOKIE) or LOCAL REMOTE as the local socket
 sees them, e.g. 10.0.0.1:40000 10.0.0.2:5201 or [fd00::1]:40000 [fd00::2]:5201.
 RANK is 0..7, lower is more urgent. WEIGHT is 1..1024; 16 is one Reno flow.
 
-Exit status: 0 ok, 1 the kernel refused (reason printed), 2 usage error,
-3 tcp_mercury is not loaded (or, for status, mercuryd is not running).
+--datapath picks tcp_mercury.ko (kmod) or the eBPF program a mercuryd loaded
+(bpf); auto, the default, uses the module when it is loaded, else BPF.
+
+Exit status: 0 ok, 1 the datapath refused (reason printed), 2 usage error,
+3 no datapath: tcp_mercury is not loaded and no BPF one runs (or, for status,
+mercuryd is not running).
 )";
 
 struct UsageError {
@@ -163,7 +167,7 @@ int report(const Status& status, const char* what)
     return kExitRefused;
 }
 
-int cmd_dump(GenlClient& nl, bool json)
+int cmd_dump(Datapath& nl, bool json)
 {
     std::vector<mercury::TagEntry> tags;
     std::vector<mercury::FlowEntry> flows;
@@ -229,7 +233,7 @@ void print_map(const std::map<std::string, uint64_t>& values, bool json)
         std::printf("%-16s %llu\n", k.c_str(), static_cast<unsigned long long>(v));
 }
 
-int cmd_params(GenlClient& nl, Args& args, bool json)
+int cmd_params(Datapath& nl, Args& args, bool json)
 {
     if (!args.empty()) {
         mercury::Params params;
@@ -301,7 +305,7 @@ int cmd_status(Args& args, bool json)
     return rc;
 }
 
-int run(Args& args, bool json)
+int run(Args& args, bool json, mercury::DatapathKind kind)
 {
     const std::string cmd = args.next("command");
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {
@@ -311,8 +315,8 @@ int run(Args& args, bool json)
     if (cmd == "status")
         return cmd_status(args, json);
 
-    std::unique_ptr<GenlClient> nl;
-    if (const Status s = GenlClient::open(nl); !s) {
+    std::unique_ptr<Datapath> nl;
+    if (const Status s = mercury::open_datapath(kind, nl); !s) {
         std::cerr << "mercuryctl: " << s.describe() << "\n";
         return s.error == -ENOENT ? kExitNoModule : kExitRefused;
     }
@@ -364,14 +368,24 @@ int run(Args& args, bool json)
 
 int main(int argc, char** argv)
 {
-    // --json may stand anywhere on the line.
+    // --json and --datapath may stand anywhere on the line.
     std::vector<char*> rest{argv[0]};
     bool json = false;
+    auto kind = mercury::DatapathKind::kAuto;
     for (int i = 1; i < argc; ++i) {
-        if (std::string_view(argv[i]) == "--json")
+        const std::string_view arg(argv[i]);
+        if (arg == "--json") {
             json = true;
-        else
+        } else if (arg.starts_with("--datapath=")) {
+            const auto k = mercury::parse_datapath_kind(arg.substr(11));
+            if (!k) {
+                std::cerr << "mercuryctl: --datapath takes auto, kmod or bpf, not '" << arg.substr(11) << "'\n";
+                return kExitUsage;
+            }
+            kind = *k;
+        } else {
             rest.push_back(argv[i]);
+        }
     }
     Args args(static_cast<int>(rest.size()), rest.data());
     try {
@@ -379,7 +393,7 @@ int main(int argc, char** argv)
             std::cerr << kUsage;
             return kExitUsage;
         }
-        return run(args, json);
+        return run(args, json, kind);
     } catch (const UsageError& e) {
         std::cerr << "mercuryctl: " << e.what << "\n(see mercuryctl --help)\n";
         return kExitUsage;

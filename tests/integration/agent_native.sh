@@ -20,7 +20,7 @@ cleanup() { kill "$server" "$agent" 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
 
 echo "log_level = info" >"$dir/mercuryd.conf"
-"$bin/mercuryd" --config "$dir/mercuryd.conf" --socket "$sock" --check-ms 100 2>"$dir/agent.log" &
+"$bin/mercuryd" --datapath kmod --config "$dir/mercuryd.conf" --socket "$sock" --check-ms 100 2>"$dir/agent.log" &
 agent=$!
 port=$((20000 + RANDOM % 20000))
 "$bin/mercury-flow" server --port $port --bind 127.0.0.1 >/dev/null &

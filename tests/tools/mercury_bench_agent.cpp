@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "genl_client.hpp"
+#include "datapath/genl_client.hpp"
 #include "learner/priorities.hpp"
 #include "mercury.hpp"
 

@@ -9,7 +9,8 @@
 // lines: "connected ..." once connected (local endpoint, SO_COOKIE, CC), a
 // "sample ..." every --interval-ms (CLOCK_MONOTONIC ms, bytes acked, cwnd), and
 // "result ..." at the end (bytes acked from TCP_INFO, retransmits, and the
-// rank/weight/held state mercury reports through TCP_CC_INFO).
+// rank/weight/held state mercury reports: TCP_CC_INFO from the module, the
+// socket storage of the BPF datapath).
 #include <arpa/inet.h>
 #include <linux/inet_diag.h>
 #include <linux/tcp.h>
@@ -31,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "datapath/bpf_maps.hpp"
 #include "flow_key.hpp"
 #include "mercury/uapi.h"
 
@@ -228,19 +230,26 @@ tcp_info tcp_stats(int fd)
     return info;
 }
 
-// Mercury's per-flow view (TCP_CC_INFO, DCTCP layout: see uapi.h).
+std::string format_info(unsigned rank, unsigned weight, bool held, unsigned holds)
+{
+    char buf[128];
+    std::snprintf(buf, sizeof(buf), "rank=%s weight=%u held=%u holds=%u",
+                  rank == MERCURY_RANK_NONE ? "none" : std::to_string(rank).c_str(), weight, held ? 1 : 0, holds);
+    return buf;
+}
+
+// Mercury's per-flow view: the module's TCP_CC_INFO (DCTCP layout: see
+// uapi.h), else the BPF datapath's socket storage.
 std::string mercury_info(int fd)
 {
     tcp_dctcp_info info{};
     socklen_t len = sizeof(info);
-    if (getsockopt(fd, IPPROTO_TCP, TCP_CC_INFO, &info, &len) < 0 || len < sizeof(info) || !info.dctcp_enabled)
-        return "rank=na weight=na held=na holds=na";
-    const unsigned rank = info.dctcp_ce_state & 0xff;
-    char buf[128];
-    std::snprintf(buf, sizeof(buf), "rank=%s weight=%u held=%u holds=%u",
-                  rank == MERCURY_RANK_NONE ? "none" : std::to_string(rank).c_str(), info.dctcp_alpha,
-                  (info.dctcp_ce_state & MERCURY_INFO_HELD) ? 1 : 0, info.dctcp_ab_tot);
-    return buf;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_CC_INFO, &info, &len) == 0 && len >= sizeof(info) && info.dctcp_enabled)
+        return format_info(info.dctcp_ce_state & 0xff, info.dctcp_alpha, info.dctcp_ce_state & MERCURY_INFO_HELD,
+                           info.dctcp_ab_tot);
+    if (const auto st = mercury::BpfMaps::socket_state(fd))
+        return format_info(st->rank, st->weight, st->held, st->holds);
+    return "rank=na weight=na held=na holds=na";
 }
 
 int run_client(const Options& o)

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "genl_client.hpp"
+#include "datapath/genl_client.hpp"
 #include "mercury/uapi.h"
 
 namespace {

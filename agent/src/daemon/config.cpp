@@ -13,17 +13,23 @@ namespace {
 constexpr const char* kHelp = R"(usage: mercuryd [OPTIONS]
 
 Per-worker agent of Mercury: learns per-layer compute timings from trainers
-(libmercury) and pushes per-connection priorities into tcp_mercury.ko.
+(libmercury) and pushes per-connection priorities into the datapath:
+tcp_mercury.ko, or the eBPF congestion control it loads itself.
 Runs in the foreground; logs to stderr. SIGTERM/SIGINT stop, SIGHUP reloads
 the config file (log_level, entry_ttl_ms, check_ms).
 
 Options (each may also be a `key = value` line in the config file; flags win):
   --config FILE        config file (default: none)
+  --datapath KIND      kmod (tcp_mercury.ko), bpf (load and register the eBPF
+                       CC "mercury", or share the one another mercuryd on this
+                       host loaded; unregistered when the loader exits) or
+                       auto: the module when it can be loaded, else bpf
+                       (default auto)
   --socket PATH        trainers' Unix socket (default /run/mercury/mercuryd.sock)
   --socket-mode MODE   octal permissions of the socket (default 0660)
   --socket-group NAME  group owning the socket (default: the daemon's)
   --entry-ttl-ms N     lifetime of kernel entries, refreshed at 1/3 (default 10000)
-  --check-ms N         how often to check on the module (default 1000)
+  --check-ms N         how often to check on the datapath (default 1000)
   --log-level LEVEL    debug, info, warn or error (default info)
   --help               this text
 )";
@@ -40,7 +46,12 @@ bool to_unsigned(const std::string& text, unsigned& out, int base = 10)
 std::string apply(Config& c, const std::string& key, const std::string& value)
 {
     unsigned n = 0;
-    if (key == "socket") {
+    if (key == "datapath") {
+        const auto kind = parse_datapath_kind(value);
+        if (!kind)
+            return "datapath must be auto, kmod or bpf";
+        c.datapath = *kind;
+    } else if (key == "socket") {
         if (value.empty() || value.front() != '/')
             return "socket must be an absolute path";
         c.socket.path = value;
@@ -164,8 +175,9 @@ std::string reload_config(Config& current, const std::vector<std::string>& args)
     bool help = false;
     if (auto err = build(args, fresh, help); !err.empty())
         return err;
-    // The socket stays where it is until a restart.
+    // The socket and the datapath stay as they are until a restart.
     fresh.socket = current.socket;
+    fresh.datapath = current.datapath;
     current = fresh;
     return "";
 }

@@ -10,11 +10,13 @@
 #include "daemon/kernel_sync.hpp"
 #include "daemon/log.hpp"
 #include "daemon/trainer_server.hpp"
+#include "datapath/datapath.hpp"
 
 namespace mercury {
 
 struct Config {
     std::string config_file;  // empty: none
+    DatapathKind datapath = DatapathKind::kAuto;
     SocketOptions socket;
     KernelSyncOptions kernel;
     LogLevel log_level = LogLevel::kInfo;

@@ -13,8 +13,9 @@ bool FlowKeyLess::operator()(const FlowKey& a, const FlowKey& b) const
     return tie(a) < tie(b);
 }
 
-KernelSync::KernelSync(boost::asio::io_context& io, const Logger& log, KernelSyncOptions options)
-    : timer_(io), log_(log), options_(options)
+KernelSync::KernelSync(boost::asio::io_context& io, const Logger& log, DatapathProvider& provider,
+                       KernelSyncOptions options)
+    : timer_(io), log_(log), provider_(provider), options_(options)
 {
 }
 
@@ -50,17 +51,16 @@ KernelSyncStats KernelSync::stats() const
 
 bool KernelSync::connect()
 {
-    const Status s = GenlClient::open(nl_);
+    const Status s = provider_.open(nl_);
     if (!s) {
         nl_.reset();
         if (!warned_absent_)
-            log_.warn("tcp_mercury is not reachable; training continues without priorities, retrying",
+            log_.warn("no Mercury datapath; training continues without priorities, retrying",
                       {{"reason", s.describe()}});
         warned_absent_ = true;
         return false;
     }
-    if (warned_absent_ || stats_.reconnects)
-        log_.info("tcp_mercury reachable again; pushing all entries", {{"entries", std::to_string(desired_.size())}});
+    log_.info("using the datapath", {{"datapath", std::string(nl_->name())}, {"entries", std::to_string(desired_.size())}});
     warned_absent_ = false;
     ++stats_.reconnects;
     pushed_.clear();
@@ -70,7 +70,7 @@ bool KernelSync::connect()
 
 void KernelSync::disconnect(const Status& why)
 {
-    log_.warn("lost tcp_mercury; will reconnect and push everything", {{"reason", why.describe()}});
+    log_.warn("lost the datapath; will reconnect and push everything", {{"reason", why.describe()}});
     nl_.reset();
     pushed_.clear();
 }
@@ -86,7 +86,7 @@ bool KernelSync::push(const FlowKey& key, const EntryValue& value)
             disconnect(s);
             return false;
         }
-        log_.warn("kernel refused an entry", {{"flow", key.to_string()}, {"reason", s.describe()}});
+        log_.warn("datapath refused an entry", {{"flow", key.to_string()}, {"reason", s.describe()}});
         return true;
     }
     pushed_[key] = value;
@@ -142,6 +142,7 @@ void KernelSync::schedule_check()
 
 void KernelSync::check()
 {
+    provider_.maintain();
     if (!nl_) {
         connect();
     } else {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-// Keeps tcp_mercury's flow table equal to what the agent wants: pushes only
-// changes, re-sets every entry before it expires, waits for the module when
+// Keeps the datapath's flow table equal to what the agent wants: pushes only
+// changes, re-sets every entry before it expires, waits for the datapath when
 // it is absent, and pushes everything again when it was reloaded.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "daemon/log.hpp"
-#include "genl_client.hpp"
+#include "daemon/datapath_provider.hpp"
 
 namespace mercury {
 
@@ -40,7 +40,8 @@ struct KernelSyncStats {
 
 class KernelSync {
 public:
-    KernelSync(boost::asio::io_context& io, const Logger& log, KernelSyncOptions options);
+    KernelSync(boost::asio::io_context& io, const Logger& log, DatapathProvider& provider,
+               KernelSyncOptions options);
 
     void start();
     void stop();
@@ -62,8 +63,9 @@ private:
 
     boost::asio::steady_timer timer_;
     const Logger& log_;
+    DatapathProvider& provider_;
     KernelSyncOptions options_;
-    std::unique_ptr<GenlClient> nl_;
+    std::unique_ptr<Datapath> nl_;
     std::map<FlowKey, EntryValue, FlowKeyLess> desired_;
     std::map<FlowKey, EntryValue, FlowKeyLess> pushed_;   // what the kernel holds, as far as we know
     Clock::time_point last_refresh_{};

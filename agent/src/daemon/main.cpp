@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "daemon/config.hpp"
+#include "daemon/datapath_provider.hpp"
 #include "daemon/jobs.hpp"
 #include "daemon/kernel_sync.hpp"
 #include "daemon/log.hpp"
@@ -53,7 +54,8 @@ int main(int argc, char** argv)
     mercury::Logger log;
     log.set_level(config.log_level);
     boost::asio::io_context io;
-    mercury::KernelSync kernel(io, log, config.kernel);
+    mercury::DatapathProvider datapath(config.datapath, log);
+    mercury::KernelSync kernel(io, log, datapath, config.kernel);
     mercury::JobRegistry jobs(kernel);
     mercury::TrainerServer server(io, log, jobs);
     try {
@@ -67,7 +69,8 @@ int main(int argc, char** argv)
     boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
     watch_signals(signals, config, args, log, kernel, server);
     std::signal(SIGPIPE, SIG_IGN);
-    log.info("mercuryd started", {{"protocol", "1"}});
+    log.info("mercuryd started", {{"protocol", "1"}, {"datapath", std::string(mercury::to_string(config.datapath))}});
     io.run();
+    datapath.release();
     return 0;
 }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-#include "genl_client.hpp"
+#include "datapath/genl_client.hpp"
 
 #include <linux/netlink.h>
 #include <netlink/attr.h>
@@ -20,21 +20,6 @@ namespace mercury {
 
 namespace {
 
-// One table for names, attribute ids and Params fields, so they cannot drift.
-struct ParamField {
-    const char* name;
-    int attr;
-    bool is_u8;
-};
-constexpr std::array<ParamField, 6> kParamFields{{
-    {"cwnd_floor", MERCURY_PARAM_CWND_FLOOR, false},
-    {"delay_thresh_us", MERCURY_PARAM_DELAY_THRESH_US, false},
-    {"entry_ttl_ms", MERCURY_PARAM_ENTRY_TTL_MS, false},
-    {"max_entries", MERCURY_PARAM_MAX_ENTRIES, false},
-    {"max_hold_ms", MERCURY_PARAM_MAX_HOLD_MS, false},
-    {"debug", MERCURY_PARAM_DEBUG, true},
-}};
-
 struct StatField {
     const char* name;
     int attr;
@@ -54,18 +39,6 @@ constexpr std::array<StatField, 13> kStatFields{{
     {"table_gen", MERCURY_STAT_TABLE_GEN},
     {"global_entries", MERCURY_STAT_GLOBAL_ENTRIES},
 }};
-
-std::optional<uint32_t> Params::* param_member(int attr)
-{
-    switch (attr) {
-    case MERCURY_PARAM_CWND_FLOOR: return &Params::cwnd_floor;
-    case MERCURY_PARAM_DELAY_THRESH_US: return &Params::delay_thresh_us;
-    case MERCURY_PARAM_ENTRY_TTL_MS: return &Params::entry_ttl_ms;
-    case MERCURY_PARAM_MAX_ENTRIES: return &Params::max_entries;
-    case MERCURY_PARAM_MAX_HOLD_MS: return &Params::max_hold_ms;
-    default: return nullptr;
-    }
-}
 
 // What a request's callbacks collect.
 struct Transaction {
@@ -179,13 +152,13 @@ int collect_params(nl_msg* msg, void* arg)
         nla_parse_nested(pb, MERCURY_PARAM_MAX, tb[MERCURY_ATTR_PARAMS], nullptr))
         return NL_SKIP;
     auto& params = *static_cast<Params*>(arg);
-    for (const auto& f : kParamFields) {
-        if (!pb[f.attr])
+    for (const auto& f : param_fields()) {
+        if (!pb[f.id])
             continue;
         if (f.is_u8)
-            params.debug = nla_get_u8(pb[f.attr]);
+            params.debug = nla_get_u8(pb[f.id]);
         else
-            params.*param_member(f.attr) = nla_get_u32(pb[f.attr]);
+            params.*param_member(f.id) = nla_get_u32(pb[f.id]);
     }
     return NL_OK;
 }
@@ -248,58 +221,6 @@ Status too_big()
 }
 
 }  // namespace
-
-std::string Status::describe() const
-{
-    std::string text = error ? std::strerror(-error) : "ok";
-    if (!message.empty())
-        text += " (" + message + ")";
-    return text;
-}
-
-const std::vector<std::string>& param_names()
-{
-    static const std::vector<std::string> names = [] {
-        std::vector<std::string> v;
-        for (const auto& f : kParamFields)
-            v.emplace_back(f.name);
-        return v;
-    }();
-    return names;
-}
-
-Status set_param_by_name(Params& params, const std::string& name, uint64_t value)
-{
-    for (const auto& f : kParamFields) {
-        if (name != f.name)
-            continue;
-        if (f.is_u8) {
-            if (value > 0xff)
-                return Status{-EINVAL, name + " is out of range"};
-            params.debug = static_cast<uint8_t>(value);
-        } else {
-            if (value > 0xffffffffULL)
-                return Status{-EINVAL, name + " is out of range"};
-            params.*param_member(f.attr) = static_cast<uint32_t>(value);
-        }
-        return {};
-    }
-    return Status{-EINVAL, "unknown parameter '" + name + "'"};
-}
-
-std::map<std::string, uint64_t> params_as_map(const Params& params)
-{
-    std::map<std::string, uint64_t> out;
-    for (const auto& f : kParamFields) {
-        if (f.is_u8) {
-            if (params.debug)
-                out[f.name] = *params.debug;
-        } else if (const auto& v = params.*param_member(f.attr)) {
-            out[f.name] = *v;
-        }
-    }
-    return out;
-}
 
 void GenlClient::SockDeleter::operator()(nl_sock* s) const
 {
@@ -431,12 +352,12 @@ Status GenlClient::set_params(const Params& params)
     nlattr* nest = nla_nest_start(msg.get(), MERCURY_ATTR_PARAMS);
     if (!nest)
         return too_big();
-    for (const auto& f : kParamFields) {
+    for (const auto& f : param_fields()) {
         int err = 0;
         if (f.is_u8 && params.debug)
-            err = nla_put_u8(msg.get(), f.attr, *params.debug);
-        else if (!f.is_u8 && (params.*param_member(f.attr)))
-            err = nla_put_u32(msg.get(), f.attr, *(params.*param_member(f.attr)));
+            err = nla_put_u8(msg.get(), f.id, *params.debug);
+        else if (!f.is_u8 && (params.*param_member(f.id)))
+            err = nla_put_u32(msg.get(), f.id, *(params.*param_member(f.id)));
         if (err)
             return too_big();
     }

@@ -1,90 +1,43 @@
 // SPDX-License-Identifier: GPL-2.0
-// Client for tcp_mercury.ko's generic netlink family (include/mercury/uapi.h).
+// The module's datapath: tcp_mercury.ko's generic netlink family
+// (include/mercury/uapi.h).
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <optional>
 #include <span>
-#include <string>
-#include <vector>
 
-#include "flow_key.hpp"
+#include "datapath/datapath.hpp"
 
 struct nl_sock;
 struct nl_msg;
 
 namespace mercury {
 
-// Outcome of a request: 0 or a negative errno, plus the kernel's extack text.
-struct Status {
-    int error = 0;
-    std::string message;
-
-    explicit operator bool() const { return error == 0; }
-    std::string describe() const;
-};
-
-struct TagEntry {
-    uint32_t tag = 0;
-    uint8_t rank = 0;
-    uint16_t weight = 0;
-    uint32_t expires_ms = 0;
-};
-
-struct FlowEntry {
-    FlowKey key;
-    uint8_t rank = 0;
-    uint16_t weight = 0;
-    uint32_t expires_ms = 0;
-};
-
-struct Priority {
-    uint8_t rank = 0;
-    std::optional<uint16_t> weight;   // kernel default: one Reno flow
-    std::optional<uint32_t> ttl_ms;   // kernel default: entry_ttl_ms
-};
-
-// Per-netns parameters; unset fields are left alone by set_params().
-struct Params {
-    std::optional<uint32_t> cwnd_floor;
-    std::optional<uint32_t> delay_thresh_us;
-    std::optional<uint32_t> entry_ttl_ms;
-    std::optional<uint32_t> max_entries;
-    std::optional<uint32_t> max_hold_ms;
-    std::optional<uint8_t> debug;
-};
-
-// Parameter and counter names as users type and see them.
-const std::vector<std::string>& param_names();
-Status set_param_by_name(Params& params, const std::string& name, uint64_t value);
-std::map<std::string, uint64_t> params_as_map(const Params& params);
-
-using Stats = std::map<std::string, uint64_t>;
-
-class GenlClient {
+class GenlClient final : public Datapath {
 public:
     // Opens a generic netlink socket in the caller's netns and resolves the
     // family. Fails with -ENOENT when tcp_mercury.ko is not loaded.
     static Status open(std::unique_ptr<GenlClient>& out);
 
-    Status set_tag(uint32_t tag, const Priority& prio);
-    Status del_tag(uint32_t tag);
-    Status set_flow(const FlowKey& key, const Priority& prio);
-    Status del_flow(const FlowKey& key);
-    Status flush();
-    Status dump_tags(std::vector<TagEntry>& out);
-    Status dump_flows(std::vector<FlowEntry>& out);
-    Status get_params(Params& out);
-    Status set_params(const Params& params);
-    Status get_stats(Stats& out);
+    std::string_view name() const override { return "kmod"; }
+
+    Status set_tag(uint32_t tag, const Priority& prio) override;
+    Status del_tag(uint32_t tag) override;
+    Status set_flow(const FlowKey& key, const Priority& prio) override;
+    Status del_flow(const FlowKey& key) override;
+    Status flush() override;
+    Status dump_tags(std::vector<TagEntry>& out) override;
+    Status dump_flows(std::vector<FlowEntry>& out) override;
+    Status get_params(Params& out) override;
+    Status set_params(const Params& params) override;
+    Status get_stats(Stats& out) override;
 
     // Sends @cmd with @attrs copied verbatim as the attribute payload and the
     // given genl version. For negative tests of the kernel's validation.
     Status send_raw(uint8_t cmd, std::span<const uint8_t> attrs, uint8_t version);
 
-    ~GenlClient();
+    ~GenlClient() override;
     GenlClient(const GenlClient&) = delete;
     GenlClient& operator=(const GenlClient&) = delete;
 

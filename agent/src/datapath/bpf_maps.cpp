@@ -1,0 +1,409 @@
+// SPDX-License-Identifier: GPL-2.0
+#include "datapath/bpf_maps.hpp"
+
+#include <bpf/bpf.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <utility>
+
+namespace mercury {
+
+namespace {
+
+// Where the loading mercuryd pinned @map, as seen from this mount namespace.
+std::string pin_path(const char* map)
+{
+    const std::string here = std::string(MERCURY_BPF_PIN_DIR "/") + map;
+    if (access(here.c_str(), F_OK) == 0)
+        return here;
+    std::ifstream owner(MERCURY_BPF_OWNER_FILE);
+    long pid = 0;
+    if (owner >> pid && pid > 0) {
+        const std::string there = "/proc/" + std::to_string(pid) + "/root" + here;
+        if (access(there.c_str(), F_OK) == 0)
+            return there;
+    }
+    return here;
+}
+
+Status errno_status(const std::string& what)
+{
+    const int err = errno;
+    return Status{-err, what + ": " + std::strerror(err)};
+}
+
+// Keys of a hash map, read before anything is deleted (deleting while
+// walking with get_next_key restarts the walk).
+template <typename Key>
+std::vector<Key> all_keys(int fd)
+{
+    std::vector<Key> keys;
+    Key key{};
+    const Key* prev = nullptr;
+    while (bpf_map_get_next_key(fd, prev, &key) == 0) {
+        keys.push_back(key);
+        prev = &keys.back();
+    }
+    return keys;
+}
+
+uint32_t expires_ms(const mercury_bpf_entry& e, uint64_t now)
+{
+    return e.expires_ns > now ? static_cast<uint32_t>((e.expires_ns - now) / 1000000) : 0;
+}
+
+constexpr std::array<const char*, MERCURY_BPF_CNT_MAX> kCounterNames{
+    "flows_init", "flows_released", "holds", "releases", "starve_grants",
+    "delay_backoffs", "loss_events", "cwnd_fixups",
+};
+
+mercury_bpf_config default_config()
+{
+    mercury_bpf_config cfg{};
+    cfg.cwnd_floor = MERCURY_DEFAULT_CWND_FLOOR;
+    cfg.delay_thresh_us = MERCURY_DEFAULT_DELAY_THRESH_US;
+    cfg.entry_ttl_ms = MERCURY_DEFAULT_ENTRY_TTL_MS;
+    cfg.max_hold_ms = MERCURY_DEFAULT_MAX_HOLD_MS;
+    return cfg;
+}
+
+Status caller_netns(uint64_t& out)
+{
+    constexpr int kSoNetnsCookie = 71;   // SO_NETNS_COOKIE, Linux 5.14
+    const UniqueFd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    socklen_t len = sizeof(out);
+    if (!sock || getsockopt(sock.get(), SOL_SOCKET, kSoNetnsCookie, &out, &len) != 0)
+        return errno_status("cannot read this netns's cookie (SO_NETNS_COOKIE needs Linux 5.14)");
+    return {};
+}
+
+}  // namespace
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept
+{
+    if (this != &other) {
+        if (fd_ >= 0)
+            ::close(fd_);
+        fd_ = other.release();
+    }
+    return *this;
+}
+
+UniqueFd::~UniqueFd()
+{
+    if (fd_ >= 0)
+        ::close(fd_);
+}
+
+int UniqueFd::release()
+{
+    return std::exchange(fd_, -1);
+}
+
+uint64_t monotonic_ns()
+{
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+bool bpf_datapath_running()
+{
+    std::ifstream in("/proc/sys/net/ipv4/tcp_available_congestion_control");
+    std::istringstream words(std::string(std::istreambuf_iterator<char>(in), {}));
+    bool registered = false;
+    for (std::string w; words >> w;)
+        registered |= w == MERCURY_CA_NAME;
+    return registered && access(pin_path(MERCURY_BPF_MAP_CONFIG).c_str(), F_OK) == 0;
+}
+
+Status BpfMaps::open(std::unique_ptr<BpfMaps>& out)
+{
+    if (!bpf_datapath_running())
+        return Status{-ENOENT, "the BPF datapath is not running (no '" MERCURY_CA_NAME
+                               "' CC with maps pinned under " MERCURY_BPF_PIN_DIR "): start mercuryd --datapath=bpf"};
+    std::unique_ptr<BpfMaps> maps(new BpfMaps());
+    if (Status s = caller_netns(maps->netns_); !s)
+        return s;
+    const std::pair<UniqueFd*, const char*> wanted[] = {
+        {&maps->tags_, MERCURY_BPF_MAP_TAGS},
+        {&maps->flows_, MERCURY_BPF_MAP_FLOWS},
+        {&maps->config_, MERCURY_BPF_MAP_CONFIG},
+        {&maps->state_, MERCURY_BPF_MAP_STATE},
+    };
+    for (const auto& [fd, name] : wanted) {
+        *fd = UniqueFd(bpf_obj_get(pin_path(name).c_str()));
+        if (!*fd)
+            return errno_status("cannot open " + pin_path(name));
+    }
+    out = std::move(maps);
+    return {};
+}
+
+mercury_bpf_config BpfMaps::config() const
+{
+    mercury_bpf_config cfg{};
+    if (bpf_map_lookup_elem(config_.get(), &netns_, &cfg) != 0)
+        cfg = default_config();
+    return cfg;
+}
+
+Status BpfMaps::store_config(const mercury_bpf_config& cfg)
+{
+    if (bpf_map_update_elem(config_.get(), &netns_, &cfg, BPF_ANY) != 0)
+        return errno_status("cannot store this netns's parameters");
+    return {};
+}
+
+// Flows cache what they resolved until gen changes (or 20 ms pass).
+Status BpfMaps::bump_gen()
+{
+    mercury_bpf_config cfg = config();
+    ++cfg.gen;
+    return store_config(cfg);
+}
+
+Status BpfMaps::entry_for(const Priority& prio, mercury_bpf_entry& out) const
+{
+    if (Status s = validate(prio); !s)
+        return s;
+    const uint32_t ttl_ms = prio.ttl_ms.value_or(config().entry_ttl_ms);
+    out = mercury_bpf_entry{};
+    out.rank = prio.rank;
+    out.weight = prio.weight.value_or(MERCURY_WEIGHT_UNIT);
+    out.expires_ns = monotonic_ns() + static_cast<uint64_t>(ttl_ms) * 1000000ULL;
+    return {};
+}
+
+std::optional<mercury_bpf_flow_key> BpfMaps::flow_key(const FlowKey& key) const
+{
+    mercury_bpf_flow_key k{};
+    k.netns = netns_;
+    if (key.cookie) {
+        if (!*key.cookie)
+            return std::nullopt;
+        k.kind = MERCURY_BPF_KEY_COOKIE;
+        k.cookie = *key.cookie;
+        return k;
+    }
+    if (key.local.family != key.remote.family || (key.local.family != AF_INET && key.local.family != AF_INET6))
+        return std::nullopt;
+    k.kind = MERCURY_BPF_KEY_TUPLE;
+    k.family = static_cast<uint8_t>(key.local.family);
+    k.sport = key.local.port;
+    k.dport = key.remote.port;
+    auto put = [&](uint8_t* dst, const Endpoint& ep) {
+        if (ep.family == AF_INET6) {
+            std::memcpy(dst, ep.addr.data(), 16);
+            return;
+        }
+        dst[10] = dst[11] = 0xff;   // v4-mapped, as the program builds it
+        std::memcpy(dst + 12, ep.addr.data(), 4);
+    };
+    put(k.saddr, key.local);
+    put(k.daddr, key.remote);
+    return k;
+}
+
+Status BpfMaps::set_tag(uint32_t tag, const Priority& prio)
+{
+    mercury_bpf_entry e;
+    if (Status s = entry_for(prio, e); !s)
+        return s;
+    const mercury_bpf_tag_key k{netns_, tag, 0};
+    if (bpf_map_update_elem(tags_.get(), &k, &e, BPF_ANY) != 0)
+        return errno == E2BIG ? Status{-ENOSPC, "the BPF tag map is full"} : errno_status("cannot set the tag");
+    return bump_gen();
+}
+
+Status BpfMaps::del_tag(uint32_t tag)
+{
+    const mercury_bpf_tag_key k{netns_, tag, 0};
+    if (bpf_map_delete_elem(tags_.get(), &k) != 0)
+        return errno == ENOENT ? Status{-ENOENT, "no such tag entry"} : errno_status("cannot delete the tag");
+    return bump_gen();
+}
+
+Status BpfMaps::set_flow(const FlowKey& key, const Priority& prio)
+{
+    const auto k = flow_key(key);
+    if (!k)
+        return Status{-EINVAL, "a flow needs a non-zero cookie or a complete address tuple of one family"};
+    mercury_bpf_entry e;
+    if (Status s = entry_for(prio, e); !s)
+        return s;
+    if (bpf_map_update_elem(flows_.get(), &*k, &e, BPF_ANY) != 0)
+        return errno == E2BIG ? Status{-ENOSPC, "the BPF flow map is full"} : errno_status("cannot set the flow");
+    return bump_gen();
+}
+
+Status BpfMaps::del_flow(const FlowKey& key)
+{
+    const auto k = flow_key(key);
+    if (!k)
+        return Status{-EINVAL, "a flow needs a non-zero cookie or a complete address tuple of one family"};
+    if (bpf_map_delete_elem(flows_.get(), &*k) != 0)
+        return errno == ENOENT ? Status{-ENOENT, "no such flow entry"} : errno_status("cannot delete the flow");
+    return bump_gen();
+}
+
+Status BpfMaps::flush()
+{
+    for (const auto& k : all_keys<mercury_bpf_tag_key>(tags_.get()))
+        if (k.netns == netns_)
+            bpf_map_delete_elem(tags_.get(), &k);
+    for (const auto& k : all_keys<mercury_bpf_flow_key>(flows_.get()))
+        if (k.netns == netns_)
+            bpf_map_delete_elem(flows_.get(), &k);
+    return bump_gen();
+}
+
+Status BpfMaps::dump_tags(std::vector<TagEntry>& out)
+{
+    out.clear();
+    const uint64_t now = monotonic_ns();
+    for (const auto& k : all_keys<mercury_bpf_tag_key>(tags_.get())) {
+        mercury_bpf_entry e{};
+        if (k.netns != netns_ || bpf_map_lookup_elem(tags_.get(), &k, &e) != 0 || e.expires_ns <= now)
+            continue;
+        out.push_back(TagEntry{k.tag, e.rank, e.weight, expires_ms(e, now)});
+    }
+    return {};
+}
+
+Status BpfMaps::dump_flows(std::vector<FlowEntry>& out)
+{
+    out.clear();
+    const uint64_t now = monotonic_ns();
+    for (const auto& k : all_keys<mercury_bpf_flow_key>(flows_.get())) {
+        mercury_bpf_entry e{};
+        if (k.netns != netns_ || bpf_map_lookup_elem(flows_.get(), &k, &e) != 0 || e.expires_ns <= now)
+            continue;
+        FlowEntry f;
+        if (k.kind == MERCURY_BPF_KEY_COOKIE) {
+            f.key = FlowKey::by_cookie(k.cookie);
+        } else {
+            Endpoint local, remote;
+            local.family = remote.family = k.family;
+            const size_t off = k.family == AF_INET ? 12 : 0;
+            std::memcpy(local.addr.data(), k.saddr + off, 16 - off);
+            std::memcpy(remote.addr.data(), k.daddr + off, 16 - off);
+            local.port = k.sport;
+            remote.port = k.dport;
+            f.key.local = local;
+            f.key.remote = remote;
+        }
+        f.rank = e.rank;
+        f.weight = e.weight;
+        f.expires_ms = expires_ms(e, now);
+        out.push_back(f);
+    }
+    return {};
+}
+
+Status BpfMaps::get_params(Params& out)
+{
+    const mercury_bpf_config cfg = config();
+    out = Params{};
+    out.cwnd_floor = cfg.cwnd_floor;
+    out.delay_thresh_us = cfg.delay_thresh_us;
+    out.entry_ttl_ms = cfg.entry_ttl_ms;
+    out.max_hold_ms = cfg.max_hold_ms;
+    return {};
+}
+
+Status BpfMaps::set_params(const Params& params)
+{
+    if (params.max_entries || params.debug)
+        return Status{-EOPNOTSUPP, std::string(params.max_entries ? "max_entries" : "debug") +
+                                       " is not a parameter of the BPF datapath (its tables have a fixed capacity "
+                                       "and it does not log)"};
+    if (Status s = validate(params); !s)
+        return s;
+    mercury_bpf_config cfg = config();
+    cfg.cwnd_floor = params.cwnd_floor.value_or(cfg.cwnd_floor);
+    cfg.delay_thresh_us = params.delay_thresh_us.value_or(cfg.delay_thresh_us);
+    cfg.entry_ttl_ms = params.entry_ttl_ms.value_or(cfg.entry_ttl_ms);
+    cfg.max_hold_ms = params.max_hold_ms.value_or(cfg.max_hold_ms);
+    return store_config(cfg);
+}
+
+Status BpfMaps::get_stats(Stats& out)
+{
+    out.clear();
+    // The maps outlive an unregistered program; report it gone.
+    if (!bpf_datapath_running())
+        return Status{-ENOENT, "the BPF datapath was unregistered (its mercuryd exited)"};
+    mercury_bpf_state st{};
+    bpf_map_lookup_elem(state_.get(), &netns_, &st);   // absent: all zero
+    for (size_t i = 0; i < kCounterNames.size(); ++i)
+        out[kCounterNames[i]] = st.counters[i];
+
+    const uint64_t now = monotonic_ns();
+    uint64_t tags = 0, flows = 0, global = 0;
+    for (const auto& k : all_keys<mercury_bpf_tag_key>(tags_.get())) {
+        mercury_bpf_entry e{};
+        ++global;
+        if (k.netns == netns_ && bpf_map_lookup_elem(tags_.get(), &k, &e) == 0 && e.expires_ns > now)
+            ++tags;
+    }
+    for (const auto& k : all_keys<mercury_bpf_flow_key>(flows_.get())) {
+        mercury_bpf_entry e{};
+        ++global;
+        if (k.netns == netns_ && bpf_map_lookup_elem(flows_.get(), &k, &e) == 0 && e.expires_ns > now)
+            ++flows;
+    }
+    const mercury_bpf_config cfg = config();
+    out["tag_entries"] = tags;
+    out["flow_entries"] = flows;
+    out["expired"] = cfg.expired;
+    out["table_gen"] = cfg.gen;
+    out["global_entries"] = global;
+    return {};
+}
+
+size_t BpfMaps::collect_expired()
+{
+    const uint64_t now = monotonic_ns();
+    std::map<uint64_t, uint64_t> per_netns;
+    auto sweep = [&](int fd, const auto& keys) {
+        for (const auto& k : keys) {
+            mercury_bpf_entry e{};
+            if (bpf_map_lookup_elem(fd, &k, &e) == 0 && e.expires_ns <= now && bpf_map_delete_elem(fd, &k) == 0)
+                ++per_netns[k.netns];
+        }
+    };
+    sweep(tags_.get(), all_keys<mercury_bpf_tag_key>(tags_.get()));
+    sweep(flows_.get(), all_keys<mercury_bpf_flow_key>(flows_.get()));
+    size_t total = 0;
+    for (const auto& [netns, n] : per_netns) {
+        mercury_bpf_config cfg{};
+        if (bpf_map_lookup_elem(config_.get(), &netns, &cfg) != 0)
+            cfg = default_config();
+        cfg.expired += n;
+        bpf_map_update_elem(config_.get(), &netns, &cfg, BPF_ANY);
+        total += n;
+    }
+    return total;
+}
+
+std::optional<mercury_bpf_sock_state> BpfMaps::socket_state(int fd)
+{
+    const UniqueFd socks(bpf_obj_get(pin_path(MERCURY_BPF_MAP_SOCKS).c_str()));
+    mercury_bpf_sock_state st{};
+    if (!socks || bpf_map_lookup_elem(socks.get(), &fd, &st) != 0)
+        return std::nullopt;
+    return st;
+}
+
+}  // namespace mercury

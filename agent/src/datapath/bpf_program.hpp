@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: GPL-2.0
+// Loads the BPF datapath (kmod/bpf/tcp_mercury.bpf.c) into the kernel,
+// registers it as the congestion control "mercury" and pins its maps for
+// BpfMaps; undoes all of it when destroyed. Sockets already using the
+// program keep it after unregistration; new ones can no longer select it.
+#pragma once
+
+#include <memory>
+
+#include "datapath/bpf_maps.hpp"
+
+struct tcp_mercury;   // the bpftool skeleton
+struct bpf_link;
+
+namespace mercury {
+
+class BpfProgram {
+public:
+    // Clear errors for a kernel without BTF or struct_ops (-EOPNOTSUPP) and
+    // for a CC of that name already registered (-EEXIST).
+    static Status load(std::unique_ptr<BpfProgram>& out);
+
+    ~BpfProgram();
+    BpfProgram(const BpfProgram&) = delete;
+    BpfProgram& operator=(const BpfProgram&) = delete;
+
+    // Registered through a BPF link (kernel >= 6.4): unregistered by the
+    // kernel even if this process dies. Otherwise only our destructor does.
+    bool link_mode() const { return link_fd_.get() >= 0; }
+
+private:
+    struct SkeletonDeleter { void operator()(tcp_mercury* skel) const; };
+    struct LinkDeleter { void operator()(bpf_link* link) const; };
+
+    BpfProgram() = default;
+    Status attach();
+    Status pin();
+    void unpin() const;
+
+    std::unique_ptr<tcp_mercury, SkeletonDeleter> skel_;
+    std::unique_ptr<bpf_link, LinkDeleter> map_link_;   // libbpf's own: map update / delete
+    UniqueFd link_fd_;                                   // the kernel's struct_ops link
+    bool pinned_ = false;
+};
+
+}  // namespace mercury

@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod user test unit vmtest fuzz bench-cc bench-agent demo install clean guest
+.PHONY: all deps kmod user test unit bpftest vmtest fuzz bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -33,6 +33,10 @@ $(INITRD): kmod user guest
 # Unit tests only (no VM).
 unit: user
 	cd $(USER) && ctest --output-on-failure
+
+# The BPF datapath on this host's kernel, in network namespaces (root).
+bpftest: user
+	tests/native/bpf_tests.sh $(USER)/guest-bin
 
 # The module on a real kernel under qemu.
 vmtest: $(INITRD)

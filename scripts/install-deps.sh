@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # Installs everything Mercury needs to build and test on Debian 12, idempotently:
-# build tools, user-space libraries, qemu, and the Debian 6.1 cloud kernel headers
+# build tools, user-space libraries, clang-14 for the BPF datapath and the fuzzer
+# (the version Debian 12 ships and that builds both), qemu, and the Debian 6.1
+# cloud kernel headers
 # the module is built against. The matching kernel *image* for the test VM is fetched
 # by scripts/fetch-guest-kernel.sh (not installed: that would pull in initramfs-tools).
 set -euo pipefail
@@ -10,7 +12,8 @@ set -euo pipefail
 PKGS=(
 	build-essential make cmake pkg-config git
 	libnl-3-dev libnl-genl-3-dev libboost-dev catch2 python3
-	clang-14 libclang-rt-14-dev gnuplot-nox
+	libbpf-dev libelf-dev zlib1g-dev bpftool
+	clang-14 libclang-rt-14-dev llvm-14 gnuplot-nox
 	qemu-system-x86 busybox-static cpio kmod iproute2
 	linux-headers-cloud-amd64
 )

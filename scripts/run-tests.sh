@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# `make test`: build everything, run the unit tests (ctest) and the VM tests
-# (tcp_mercury in Debian's 6.1 kernel under qemu), and close with one
+# `make test`: build everything, run the unit tests (ctest), the BPF datapath
+# natively in network namespaces, the VM tests (tcp_mercury in Debian's 6.1
+# kernel under qemu), and close with one
 # "total: N passed, M failed" line. Exit non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +39,18 @@ else
 	failed=$((failed + 1))
 fi
 echo "$fuzz_out"
+
+step "BPF datapath: the eBPF struct_ops program on this host's kernel, in netns"
+bpf_log="$BUILD/bpf-tests.log"
+tests/native/bpf_tests.sh "$BUILD/user/guest-bin" 2>&1 | tee "$bpf_log" | grep -E '^(PASS|FAIL|==|bpf:)'
+bpf_passed=$(grep -c '^PASS ' "$bpf_log" || true)
+bpf_failed=$(grep -c '^FAIL ' "$bpf_log" || true)
+if ! grep -q '^bpf: ' "$bpf_log"; then
+	echo "FAIL bpf: the suite did not finish"
+	bpf_failed=$((bpf_failed + 1))
+fi
+passed=$((passed + bpf_passed))
+failed=$((failed + bpf_failed))
 
 step "VM tests: tcp_mercury in Debian's 6.1 cloud kernel under qemu"
 vm_log="$BUILD/vm-tests.log"

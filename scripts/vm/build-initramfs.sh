@@ -3,7 +3,8 @@
 #
 # Builds the test VM's initramfs: busybox, iproute2 (ip, tc, ss) with the
 # libraries ldd lists, the guest kernel's veth/tbf/htb/bridge modules,
-# tcp_mercury.ko, the project's static binaries and tests/vm/.
+# tcp_mercury.ko, the project's static binaries, tests/vm/ and the checks
+# shared with the native BPF suite (tests/cc/).
 #
 # usage: build-initramfs.sh OUT.cpio.gz KO BIN_DIR...
 set -euo pipefail
@@ -61,6 +62,7 @@ for dir in "$@"; do
 	cp "$dir"/* "$root/mercury/bin/"
 done
 cp -r "$top/tests/vm" "$root/mercury/tests"
+cp "$top/tests/cc"/*.sh "$root/mercury/tests/"
 mkdir -p "$root/mercury/scripts" "$root/mercury/profiles"
 cp "$top/scripts/cluster.sh" "$top/scripts/train.sh" "$root/mercury/scripts/"
 cp "$profiles"/*.graph.txt "$root/mercury/profiles/"

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0
-# mercuryd + libmercury + tcp_mercury together in the guest: a trainer
-# (mercury-trainer, linked with libmercury) declares a model, reports timings
-# and registers one real TCP connection per layer; the agent runs in the
-# trainer's namespace. Sourced by tests.sh.
+# mercuryd + libmercury + a datapath together: a trainer (mercury-trainer,
+# linked with libmercury) declares a model, reports timings and registers one
+# real TCP connection per layer; the agent runs in the trainer's namespace
+# and finds the datapath itself (the module in the VM, the BPF program a
+# loader mercuryd registered natively). Sourced by both suites.
 
 AGENT_SOCK=/run/mercury-test.sock
 AGENT_PID=""
@@ -73,33 +74,6 @@ test_agent_restart() {
 	agent_stop
 }
 
-test_agent_module_reload() {
-	topo_same_host
-	agent_start
-	# cubic sockets: tcp_mercury must be unloadable while the trainer runs.
-	trainer --cc cubic --seconds 8
-	wait_for 30 has_entries 4
-	unload_module 50
-	expect agent/module-unloaded "rmmod with the agent running" [ ! -d /sys/module/tcp_mercury ]
-	# The agent's family lookup autoloads the module (MODULE_ALIAS_GENL_FAMILY);
-	# load it by hand only if that has not happened.
-	sleep 0.5
-	[ -d /sys/module/tcp_mercury ] || insmod "/lib/modules/$(uname -r)/extra/tcp_mercury.ko"
-	wait_for 40 has_entries 4
-	expect agent/reload-repushed "entries after insmod: $(flow_entries)" has_entries 4
-	expect agent/alive-after-reload "mercuryd survived" kill -0 "$AGENT_PID"
-
-	# Garbage from another client: that client is cut off, nobody else notices.
-	local g
-	g=$(in_ns h1 mercury-trainer garbage --socket $AGENT_SOCK)
-	expect agent/garbage-dropped "$g" sh -c "echo '$g' | grep -q disconnected"
-	expect agent/garbage-harmless "agent alive and answering" \
-		sh -c "kill -0 $AGENT_PID && mercuryctl status --socket $AGENT_SOCK >/dev/null"
-	expect agent/garbage-entries-kept "entries: $(flow_entries)" has_entries 4
-	wait "$TRAINER_PID"
-	agent_stop
-}
-
 test_agent_config() {
 	mercuryd --help >/tmp/help.out 2>&1
 	expect agent/help "--help exits 0 and documents --socket" grep -q -- '--socket' /tmp/help.out
@@ -112,3 +86,5 @@ test_agent_config() {
 	rc=$?
 	expect agent/bad-config-file "unknown key: exit $rc ($(head -1 /tmp/cfg.out))" [ "$rc" = 2 ]
 }
+
+AGENT_TESTS="agent_priorities agent_restart agent_config"

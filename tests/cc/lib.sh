@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: GPL-2.0
-# Helpers for the guest-side VM tests (busybox sh). Sourced by suites.
+# Helpers for Mercury's datapath tests: topologies, flows, samples, checks.
+# Sourced by the VM suites (busybox sh, tcp_mercury.ko) and the native BPF
+# suite (bash, on the host), which share behaviour.sh.
 #
 # iproute2 by full path: busybox's sh prefers its own `ip` applet.
 IP=/usr/sbin/ip
 TC=/usr/sbin/tc
-SS=/usr/sbin/ss
+SS=$(command -v ss || echo /usr/sbin/ss)
 PORT=5201
 # Bottleneck rate: TCG's veth tops out near 1 Gbit/s; stay far below.
 RATE=${RATE:-50mbit}
@@ -241,6 +243,6 @@ run_test() {
 }
 
 summary() {
-	echo "vm: $PASSED passed, $FAILED failed"
+	echo "${SUITE:-vm}: $PASSED passed, $FAILED failed"
 	[ "$FAILED" -eq 0 ]
 }

@@ -5,7 +5,8 @@
 # namespaces, unload. Every check compares flows measured side by side in
 # the same run; none asserts an absolute speed.
 . ./lib.sh
-. ./agent_tests.sh
+. ./behaviour.sh
+. ./agent.sh
 
 KO=/lib/modules/$(uname -r)/extra/tcp_mercury.ko
 SYS=/sys/module/tcp_mercury/parameters
@@ -35,182 +36,6 @@ test_autoload() {
 	echo cubic >/proc/sys/net/ipv4/tcp_congestion_control
 	# Everything after this needs the module; load it if autoload did not.
 	[ -d /sys/module/tcp_mercury ] || insmod $KO
-}
-
-test_select_sysctl() {
-	topo_same_host
-	set_default_cc h1 mercury
-	flow h1 dflt --seconds 1
-	wait_flows
-	local cc
-	cc=$(result_field /tmp/flow-dflt cc)
-	expect select/sysctl-netns "default cc of h1 gives cc=$cc" [ "$cc" = mercury ]
-	expect select/sysctl-per-netns "h2 keeps its own default" \
-		[ "$(in_ns h2 cat /proc/sys/net/ipv4/tcp_congestion_control)" != mercury ]
-}
-
-test_select_socket() {
-	topo_same_host
-	set_default_cc h1 cubic
-	flow h1 mine --seconds 1 --cc mercury
-	flow h1 plain --seconds 1
-	wait_flows
-	local a b
-	a=$(result_field /tmp/flow-mine cc)
-	b=$(result_field /tmp/flow-plain cc)
-	expect select/per-socket "TCP_CONGESTION gives $a, neighbour keeps $b" [ "$a" = mercury -a "$b" = cubic ]
-}
-
-# fair_pair CC LABEL: two flows of CC from host a through the router queue.
-fair_pair() {
-	# 8 s: long enough for AIMD to converge through TCG's noise.
-	flow a "$2-1" --cc "$1" --seconds 8
-	flow a "$2-2" --cc "$1" --seconds 8
-	wait_flows
-	local x y t
-	x=$(result_field "/tmp/flow-$2-1" acked)
-	y=$(result_field "/tmp/flow-$2-2" acked)
-	[ "$x" -lt "$y" ] && { t=$x; x=$y; y=$t; }
-	ratio "$x" "$y"
-}
-
-# Untagged mercury flows share a router bottleneck about equally. (With the
-# limit on the sender's own egress no flow ever loses a packet and even cubic
-# splits 8:1 there; bench-cc reports that case side by side.)
-test_fair_untagged() {
-	topo_incast
-	# Receiver on mercury too: passive opens run hooks before init().
-	set_default_cc s mercury
-	local r c
-	r=$(fair_pair mercury m)
-	c=$(fair_pair cubic c)
-	# About equal, and no less fair than cubic measured on the same link.
-	expect fair/untagged "mercury split ${r}:1 (cubic ${c}:1 on the same link)" \
-		awk -v r="$r" -v c="$c" 'BEGIN { exit !(r <= 2.0 || r <= 1.3 * c) }'
-	expect fair/unranked "no holds for untagged flows" [ "$(stat_of a holds)" = 0 ]
-	expect fair/passive-open "receiver-side mercury sockets counted: $(stat_of s flows_init)" \
-		[ "$(stat_of s flows_init)" -ge 2 ]
-}
-
-test_precedence_same_host() {
-	run_handover same_host mercury 100
-	local u0 u1 b1 urgent during after before r1 r2 r3
-	u0=$(first_t /tmp/flow-urgent)
-	u1=$(last_t /tmp/flow-urgent)
-	b1=$(last_t /tmp/flow-bulk)
-	urgent=$(rate /tmp/flow-urgent $((u0 + 300)) "$u1")
-	during=$(rate /tmp/flow-bulk $((u0 + 300)) "$u1")
-	after=$(rate /tmp/flow-bulk $((u1 + 500)) "$b1")
-	before=$(rate /tmp/flow-bulk $((u0 - 1000)) "$u0")
-	r1=$(ratio "$urgent" "$during")
-	r2=$(ratio "$after" "$during")
-	r3=$(ratio "$after" "$urgent")
-	expect precedence/urgent-wins "urgent:bulk ${r1}:1 (B/ms $urgent vs $during)" ge "$r1" 4
-	expect precedence/bulk-recovers "bulk after/during ${r2}, after/urgent ${r3}" \
-		sh -c "awk 'BEGIN { exit !($r2 >= 4 && $r3 >= 0.6) }'"
-	expect precedence/counters "holds=$(stat_of h1 holds) releases=$(stat_of h1 releases)" \
-		[ "$(stat_of h1 holds)" -ge 1 -a "$(stat_of h1 releases)" -ge 1 ]
-	echo "INFO precedence bulk before=$before during=$during after=$after urgent=$urgent B/ms"
-}
-
-test_weights() {
-	run_weights 6
-	local h l r rec loss
-	h=$(result_field /tmp/flow-heavy acked)
-	l=$(result_field /tmp/flow-light acked)
-	r=$(ratio "$h" "$l")
-	expect weights/direction "weight 64 vs 4 across a router bottleneck: ${r}:1" ge "$r" 1.3
-	# The CC saw every recovery the kernel entered (ssthresh() ran each time).
-	rec=$(in_ns a awk '/^TcpExt:/ { if (!n) { for (i = 1; i <= NF; i++) k[i] = $i; n = 1 } else for (i = 1; i <= NF; i++) if (k[i] ~ /^TCP(Sack|Reno)Recovery$/) s += $i } END { print s + 0 }' /proc/net/netstat)
-	loss=$(stat_of a loss_events)
-	expect cc/recoveries-seen "loss_events=$loss kernel recoveries=$rec" [ "$loss" -ge "$rec" ]
-	expect cc/no-fixups "cwnd_fixups=$(stat_of a cwnd_fixups)" [ "$(stat_of a cwnd_fixups)" = 0 ]
-}
-
-test_cross_host() {
-	run_handover incast mercury 100
-	local u0 u1 urgent during r
-	u0=$(first_t /tmp/flow-urgent)
-	u1=$(last_t /tmp/flow-urgent)
-	urgent=$(rate /tmp/flow-urgent $((u0 + 500)) "$u1")
-	during=$(rate /tmp/flow-bulk $((u0 + 500)) "$u1")
-	r=$(ratio "$urgent" "$during")
-	expect cross-host/urgent-wins "urgent (host a) : bulk (host b) ${r}:1" ge "$r" 2
-	expect cross-host/yielded "delay_backoffs on b: $(stat_of b delay_backoffs)" [ "$(stat_of b delay_backoffs)" -ge 1 ]
-}
-
-test_retag_midflight() {
-	topo_same_host
-	ctl h1 tag set 5 3
-	ctl h1 tag set 6 0
-	flow h1 A --cc mercury --prio 5 --seconds 6 --interval-ms 100
-	flow h1 B --cc mercury --prio 6 --seconds 6 --interval-ms 100
-	sleep 3
-	ctl h1 tag set 5 0
-	ctl h1 tag set 6 3
-	local swap
-	swap=$(awk '/^sample/ { t = $3 } END { sub("t_ms=", "", t); print t }' /tmp/flow-A)
-	wait_flows
-	local t0 t1 a1 b1 a2 b2 r1 r2
-	t0=$(first_t /tmp/flow-A)
-	t1=$(last_t /tmp/flow-A)
-	a1=$(rate /tmp/flow-A $((t0 + 700)) "$swap")
-	b1=$(rate /tmp/flow-B $((t0 + 700)) "$swap")
-	a2=$(rate /tmp/flow-A $((swap + 500)) "$t1")
-	b2=$(rate /tmp/flow-B $((swap + 500)) "$t1")
-	r1=$(ratio "$b1" "$a1")
-	r2=$(ratio "$a2" "$b2")
-	expect netlink/retag-before "B (rank 0) : A (rank 3) ${r1}:1" ge "$r1" 3
-	expect netlink/retag-after "after swapping ranks A : B ${r2}:1" ge "$r2" 3
-}
-
-test_flow_entries() {
-	topo_same_host
-	flow h1 bycookie --cc mercury --seconds 2
-	flow h1 bytuple --cc mercury --seconds 2
-	local cookie local_ep
-	cookie=$(connected_field /tmp/flow-bycookie cookie)
-	local_ep=$(connected_field /tmp/flow-bytuple local)
-	ctl h1 flow set --cookie "$cookie" 1 --weight 20
-	ctl h1 flow set "$local_ep" "$SERVER" 2 --weight 24
-	local dump
-	dump=$(ctl h1 dump)
-	wait_flows
-	expect flow/by-cookie "$(result_field /tmp/flow-bycookie rank) weight $(result_field /tmp/flow-bycookie weight)" \
-		[ "$(result_field /tmp/flow-bycookie rank)" = 1 -a "$(result_field /tmp/flow-bycookie weight)" = 20 ]
-	expect flow/by-tuple "rank $(result_field /tmp/flow-bytuple rank)" [ "$(result_field /tmp/flow-bytuple rank)" = 2 ]
-	expect flow/dump "dump lists both" sh -c "echo '$dump' | grep -q 'cookie:$cookie rank 1' && echo '$dump' | grep -q '$local_ep->$SERVER rank 2'"
-	expect flow/delete "delete by cookie" ctl h1 flow del --cookie "$cookie"
-	ctl h1 flow del --cookie "$cookie" 2>/dev/null
-	expect flow/delete-absent "second delete: exit 1" [ $? = 1 ]
-}
-
-test_expiry() {
-	topo_same_host
-	ctl h1 tag set 7 1 --ttl 1500
-	flow h1 exp --cc mercury --prio 7 --seconds 4
-	connected_field /tmp/flow-exp cookie >/dev/null
-	local early
-	early=$(in_ns h1 $SS -tin | grep -o 'ce_state:[0-9]*' | head -1)
-	wait_flows
-	expect expiry/ranked-while-fresh "$early while the entry lived" [ "$early" = ce_state:1 ]
-	expect expiry/falls-back "rank $(result_field /tmp/flow-exp rank) after the TTL" [ "$(result_field /tmp/flow-exp rank)" = none ]
-	expect expiry/collected "expired=$(stat_of h1 expired), tag_entries=$(stat_of h1 tag_entries)" \
-		[ "$(stat_of h1 expired)" -ge 1 -a "$(stat_of h1 tag_entries)" = 0 ]
-}
-
-test_starvation_guard() {
-	topo_same_host
-	ctl h1 params max_hold_ms=100
-	ctl h1 tag set 1 0
-	ctl h1 tag set 3 3
-	flow h1 urgent --cc mercury --prio 1 --seconds 3
-	flow h1 bulk --cc mercury --prio 3 --seconds 3
-	wait_flows
-	local g
-	g=$(stat_of h1 starve_grants)
-	expect starvation/grants "starve_grants=$g with max_hold_ms=100" [ "$g" -ge 2 ]
-	expect starvation/bulk-progress "bulk acked $(result_field /tmp/flow-bulk acked) B" [ "$(result_field /tmp/flow-bulk acked)" -gt 100000 ]
 }
 
 test_ss_info() {
@@ -286,11 +111,37 @@ test_unload() {
 		[ ! -d /sys/module/tcp_mercury ]
 }
 
+# The agent against the module going away and coming back under it.
+test_agent_module_reload() {
+	topo_same_host
+	agent_start
+	# cubic sockets: tcp_mercury must be unloadable while the trainer runs.
+	trainer --cc cubic --seconds 8
+	wait_for 30 has_entries 4
+	unload_module 50
+	expect agent/module-unloaded "rmmod with the agent running" [ ! -d /sys/module/tcp_mercury ]
+	# The agent's family lookup autoloads the module (MODULE_ALIAS_GENL_FAMILY);
+	# load it by hand only if that has not happened.
+	sleep 0.5
+	[ -d /sys/module/tcp_mercury ] || insmod "/lib/modules/$(uname -r)/extra/tcp_mercury.ko"
+	wait_for 40 has_entries 4
+	expect agent/reload-repushed "entries after insmod: $(flow_entries)" has_entries 4
+	expect agent/alive-after-reload "mercuryd survived" kill -0 "$AGENT_PID"
+
+	# Garbage from another client: that client is cut off, nobody else notices.
+	local g
+	g=$(in_ns h1 mercury-trainer garbage --socket $AGENT_SOCK)
+	expect agent/garbage-dropped "$g" sh -c "echo '$g' | grep -q disconnected"
+	expect agent/garbage-harmless "agent alive and answering" \
+		sh -c "kill -0 $AGENT_PID && mercuryctl status --socket $AGENT_SOCK >/dev/null"
+	expect agent/garbage-entries-kept "entries: $(flow_entries)" has_entries 4
+	wait "$TRAINER_PID"
+	agent_stop
+}
+
 dmesg -c >/dev/null
-for t in module_params autoload select_sysctl select_socket fair_untagged precedence_same_host \
-	weights cross_host retag_midflight flow_entries expiry starvation_guard ss_info \
-	netlink_bad_input netns_delete \
-	agent_priorities agent_restart agent_module_reload agent_config replay_modes unload; do
+for t in module_params autoload $BEHAVIOUR_TESTS ss_info netlink_bad_input netns_delete \
+	$AGENT_TESTS agent_module_reload replay_modes unload; do
 	run_test $t
 done
 kernel_clean final && pass vm/kernel-log "no WARNING/BUG/Oops/leak in dmesg"

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# The eBPF struct_ops datapath on this host's own kernel, in network
+# namespaces: the behaviour checks shared with the module's VM suite
+# (tests/cc/behaviour.sh, agent.sh), plus what only the BPF datapath has: loading and
+# registration by mercuryd, sharing between agents, clean unregistration
+# (sockets using it keep working), recovery after the loader is killed.
+#
+# usage: bpf_tests.sh BIN_DIR      (as root; prints PASS/FAIL lines)
+set -u
+top=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$(cd "$1" && pwd)
+export PATH=$bin:$PATH
+cd "$top/tests/cc"
+. ./lib.sh
+. ./behaviour.sh
+. ./agent.sh
+SUITE=bpf
+
+# Natively the veth ceiling is far higher than in the VM; the checks compare
+# flows, so the same rate keeps the two suites alike.
+RATE=${RATE:-50mbit}
+LOADER_LOG=/tmp/mercury-bpf-agent.log
+LOADER_PID=""
+
+root_has_no_tags() { [ "$(mercuryctl dump | grep -c '^tag')" = 0 ]; }
+registered() { grep -qw mercury /proc/sys/net/ipv4/tcp_available_congestion_control; }
+not_registered() { ! registered; }
+loader_gone() { ! kill -0 "$LOADER_PID" 2>/dev/null; }
+
+# start_loader [NS]: the mercuryd that loads, registers and owns the
+# program; in the root namespaces, or through ip netns exec (which gives it a
+# mount namespace of its own).
+start_loader() {
+	if [ -n "${1:-}" ]; then
+		$IP netns exec "$1" mercuryd --datapath=bpf --socket /run/mercury-bpf-test.sock --check-ms 200 \
+			>"$LOADER_LOG" 2>&1 &
+	else
+		mercuryd --datapath=bpf --socket /run/mercury-bpf-test.sock --check-ms 200 >"$LOADER_LOG" 2>&1 &
+	fi
+	LOADER_PID=$!
+	wait_for 100 registered
+}
+
+stop_loader() {	# stop_loader SIGNAL
+	kill -"$1" "$LOADER_PID" 2>/dev/null
+	wait_for 100 loader_gone
+	wait "$LOADER_PID" 2>/dev/null
+}
+
+# Host kernel warnings since the last check, without clearing the host's log
+# (lib.sh's kernel_clean does, inside the VM).
+KLOG_MARK=/tmp/mercury-bpf-klog
+kernel_clean() {
+	local out
+	dmesg >"$KLOG_MARK.now" 2>/dev/null || return 0
+	out=$(diff "$KLOG_MARK" "$KLOG_MARK.now" | grep '^>' | grep -E "$KERNEL_BAD")
+	mv "$KLOG_MARK.now" "$KLOG_MARK"
+	if [ -n "$out" ]; then
+		fail "$1/dmesg" "$(echo "$out" | head -3 | tr '\n' ' ')"
+		return 1
+	fi
+	return 0
+}
+
+test_register() {
+	expect bpf/registered "loader lists 'mercury' in tcp_available_congestion_control" registered
+	expect bpf/link-mode "registered through a BPF link: $(grep -o 'unregisters_on_crash=[a-z]*' "$LOADER_LOG")" \
+		grep -q 'unregisters_on_crash=yes' "$LOADER_LOG"
+	expect bpf/pinned "maps pinned: $(ls /run/mercury/bpf | tr '\n' ' ')" [ -e /run/mercury/bpf/mercury_flows ]
+	# A second agent on the host shares the program instead of failing.
+	$IP netns add join
+	in_ns join mercuryd --datapath=bpf --socket /run/mercury-bpf-join.sock >/tmp/mercury-bpf-join.log 2>&1 &
+	local pid=$!
+	sleep 1
+	expect bpf/second-agent-shares "second mercuryd in netns join: $(grep -o 'msg="using the datapath" datapath=[a-z]*' /tmp/mercury-bpf-join.log)" \
+		sh -c "kill -0 $pid && grep -q 'using the datapath\" datapath=bpf' /tmp/mercury-bpf-join.log && ! grep -q 'loaded the BPF' /tmp/mercury-bpf-join.log"
+	kill "$pid"
+	wait "$pid" 2>/dev/null
+	expect bpf/joiner-leaves-it "still registered after the second agent exits" registered
+	expect bpf/datapath-flag "mercuryctl --datapath=kmod finds no module: exit 3" \
+		sh -c 'mercuryctl --datapath=kmod stats >/dev/null 2>&1; [ $? = 3 ]'
+}
+
+# Stopping the loader unregisters the CC; a socket still using it keeps
+# sending, and new sockets can no longer select it.
+test_unregister() {
+	topo_same_host
+	flow h1 survivor --cc mercury --seconds 4 --interval-ms 100
+	sleep 1.5
+	stop_loader TERM
+	local t_stop
+	t_stop=$(last_t /tmp/flow-survivor)
+	expect bpf/unregistered "SIGTERM: 'mercury' no longer available" not_registered
+	expect bpf/unpinned "pins removed" [ ! -e /run/mercury/bpf/mercury_flows ]
+	local rc
+	in_ns h1 mercury-flow client --connect "$SERVER" --cc mercury --seconds 1 >/tmp/flow-late 2>&1
+	rc=$?
+	expect bpf/new-sockets-refused "TCP_CONGESTION=mercury after unregistration: $(head -1 /tmp/flow-late)" [ "$rc" != 0 ]
+	wait_flows
+	local after
+	after=$(rate /tmp/flow-survivor $((t_stop + 200)) "$(last_t /tmp/flow-survivor)")
+	expect bpf/sockets-keep-working "survivor: $(result_field /tmp/flow-survivor cc), $after B/ms after unregistration" \
+		sh -c "[ '$(result_field /tmp/flow-survivor cc)' = mercury ] && awk 'BEGIN { exit !($after > 100) }'"
+}
+
+# A killed loader cannot clean up; the kernel unregisters the link, and the
+# next mercuryd replaces the pins it left behind.
+test_crash_recovery() {
+	start_loader
+	stop_loader KILL
+	expect bpf/crash-unregisters "SIGKILL: 'mercury' gone with the link" wait_for 50 not_registered
+	$IP netns add loader
+	$IP netns add other
+	start_loader loader
+	expect bpf/restart "a new mercuryd (in netns loader) loads again over stale pins" registered
+	# Its bpffs is private to its mount namespace; others find it anyway.
+	expect bpf/restart-usable "mercuryctl in another netns reaches the new maps" \
+		in_ns other mercuryctl --datapath=bpf tag set 1 0
+	expect bpf/netns-separate "the entry is in netns other only" root_has_no_tags
+	stop_loader TERM
+	start_loader
+}
+
+dmesg >"$KLOG_MARK" 2>/dev/null
+ip netns list | grep -q . && topo_clear
+if registered; then
+	fail bpf/precondition "a CC named mercury is already registered on this host; stop it first"
+	summary
+	exit 1
+fi
+start_loader || { fail bpf/load "mercuryd --datapath=bpf did not register: $(tail -3 "$LOADER_LOG")"; summary; exit 1; }
+# A netns may only default to an allowed CC (and only a registered one).
+allowed_before=$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control)
+echo "$allowed_before mercury" >/proc/sys/net/ipv4/tcp_allowed_congestion_control
+
+run_test register
+for t in $BEHAVIOUR_TESTS $AGENT_TESTS; do
+	run_test "$t"
+done
+run_test unregister
+run_test crash_recovery
+stop_loader TERM
+expect bpf/final-unregistered "nothing left registered" not_registered
+echo "$allowed_before" >/proc/sys/net/ipv4/tcp_allowed_congestion_control
+kernel_clean final && pass bpf/kernel-log "no WARNING/BUG/Oops in the host's dmesg"
+summary

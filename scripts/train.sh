@@ -10,7 +10,7 @@ set -eu
 IP=${IP:-/usr/sbin/ip}
 profile=$1 mode=$2 workers=$3 servers=$4 divisor=$5 iterations=$6
 out=$(mktemp -d)
-common="--profile $profile --mode $mode --workers $workers --servers-count $servers --byte-divisor $divisor --iterations $iterations"
+common="--profile $profile --mode $mode --workers $workers --servers-count $servers --byte-divisor $divisor --iterations $iterations ${REPLAY_ARGS:-}"
 
 agents=""
 case "$mode" in

@@ -62,7 +62,7 @@ for dir in "$@"; do
 	cp "$dir"/* "$root/mercury/bin/"
 done
 cp -r "$top/tests/vm" "$root/mercury/tests"
-cp "$top/tests/cc"/*.sh "$root/mercury/tests/"
+cp "$top/tests/cc"/* "$root/mercury/tests/"
 mkdir -p "$root/mercury/scripts" "$root/mercury/profiles"
 cp "$top/scripts/cluster.sh" "$top/scripts/train.sh" "$root/mercury/scripts/"
 cp "$profiles"/*.graph.txt "$root/mercury/profiles/"

@@ -8,9 +8,13 @@
 //   COMMON: --profile FILE --mode MODE --workers N --servers-count S --byte-divisor D
 //
 // Modes (same bytes in each): fifo (one connection per worker-server pair,
-// whole-tensor aggregation), mercury (a connection per rank, ranks from the
-// agent via libmercury, immediate aggregation), mercury-noprio (immediate,
-// no priorities), prio-only (priorities, whole-tensor).
+// whole-tensor aggregation), bytescheduler (the same connections; tensors cut
+// into --partition-bytes partitions sent in layer order from a priority
+// queue, at most --credit partitions pushed and not yet acknowledged by the
+// server; the server aggregates per partition), mercury (a connection per
+// rank, ranks from the agent via libmercury, immediate aggregation),
+// mercury-noprio (immediate, no priorities), prio-only (priorities,
+// whole-tensor).
 //
 // Workers print one JSON line: iteration times, mean after warm-up, bytes.
 #include <arpa/inet.h>
@@ -33,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -54,23 +59,27 @@ constexpr uint64_t kChunk = 16384;  // wire bytes per chunk (after scaling)
 constexpr uint32_t kMagic = 0x4d455243;
 
 struct Mode {
-    bool priority = false;
-    bool immediate = false;
+    bool priority = false;      // connections per rank, ranked by the agent
+    bool immediate = false;     // servers aggregate per chunk, not per tensor shard
+    bool partitioned = false;   // ByteScheduler: application-level partitions and credit
 };
 
 Mode parse_mode(const std::string& m)
 {
-    if (m == "fifo") return {false, false};
-    if (m == "mercury") return {true, true};
-    if (m == "mercury-noprio") return {false, true};
-    if (m == "prio-only") return {true, false};
-    throw std::runtime_error("unknown mode '" + m + "' (fifo, mercury, mercury-noprio, prio-only)");
+    if (m == "fifo") return {false, false, false};
+    if (m == "bytescheduler") return {false, false, true};
+    if (m == "mercury") return {true, true, false};
+    if (m == "mercury-noprio") return {false, true, false};
+    if (m == "prio-only") return {true, false, false};
+    throw std::runtime_error("unknown mode '" + m + "' (fifo, bytescheduler, mercury, mercury-noprio, prio-only)");
 }
 
 struct Options {
     std::string role, profile, mode_name = "fifo", listen, servers_csv;
     uint32_t id = 0, workers = 1, servers = 1, iterations = 10, warmup = 2;
     double byte_divisor = 1, rate_mbit = 100;
+    uint64_t partition_bytes = 4 * kChunk;   // bytescheduler, after scaling
+    uint32_t credit = 4;                     // bytescheduler: partitions outstanding
 };
 
 struct Header {
@@ -91,9 +100,11 @@ struct Plan {
     std::vector<uint32_t> layer_of_rank;    // a layer holding each rank, for registration
     Mode mode;
     std::vector<bool> lanes;                // per lane: does any tensor travel on it?
+    uint32_t partition_chunks = 1;          // bytescheduler: chunks per partition
 
     Plan(const Options& o)
     {
+        partition_chunks = static_cast<uint32_t>(std::max<uint64_t>(1, (o.partition_bytes + kChunk - 1) / kChunk));
         model = load_model(o.profile);
         placement = place(model, o.servers, o.byte_divisor);
         for (const auto& s : placement.shards)
@@ -133,6 +144,72 @@ struct Plan {
     {
         return std::min<uint64_t>(kChunk, placement.shards[shard].bytes - uint64_t{c} * kChunk);
     }
+    // What a server aggregates before it answers: a chunk (immediate), a
+    // partition (bytescheduler) or the whole shard. Returns [first, end).
+    std::pair<uint32_t, uint32_t> unit_of(uint32_t shard, uint32_t chunk) const
+    {
+        const uint32_t size = mode.immediate ? 1 : mode.partitioned ? partition_chunks : chunks[shard];
+        const uint32_t first = chunk / size * size;
+        return {first, std::min(first + size, chunks[shard])};
+    }
+};
+
+// ByteScheduler's worker side: gradient partitions wait in a priority queue
+// (the layer the next forward pass needs first goes first) and at most
+// `credit` partitions are outstanding; a partition's credit comes back when
+// the server acknowledges its push (a payload-less header), as ByteScheduler
+// does for PS pushes. Holding it until the pull would deadlock: workers that
+// produced gradients at different times would each hold partitions the
+// others have not sent. The last iteration, which servers do not answer,
+// holds no credit.
+class PartitionScheduler {
+public:
+    PartitionScheduler(const Plan& plan, uint32_t credit, uint32_t last_iteration)
+        : plan_(plan), credit_(credit), last_iteration_(last_iteration)
+    {
+    }
+
+    void add(uint32_t iteration, uint32_t tensor)
+    {
+        for (uint32_t s : plan_.placement.tensors[tensor].shards)
+            for (uint32_t c = 0; c < plan_.chunks[s]; c += plan_.partition_chunks)
+                queue_.insert({plan_.placement.tensors[tensor].layer, iteration, s, c});
+    }
+
+    // Moves partitions to their connections while credit lasts.
+    template <typename Send>
+    void pump(Send&& send)
+    {
+        while (outstanding_ < credit_ && !queue_.empty()) {
+            const Partition p = *queue_.begin();
+            queue_.erase(queue_.begin());
+            const auto [first, end] = plan_.unit_of(p.shard, p.chunk);
+            for (uint32_t c = first; c < end; ++c)
+                send(Header{p.iteration, p.shard, c, static_cast<uint32_t>(plan_.chunk_bytes(p.shard, c))});
+            if (p.iteration == last_iteration_)
+                continue;   // nothing will come back: no credit held
+            unacked_.insert({p.iteration, p.shard, first});
+            ++outstanding_;
+        }
+    }
+
+    void acked(const Header& h)
+    {
+        if (unacked_.erase({h.iteration, h.shard, h.chunk}))
+            --outstanding_;
+    }
+
+    bool idle() const { return queue_.empty(); }
+
+private:
+    struct Partition {
+        uint32_t layer, iteration, shard, chunk;
+        auto operator<=>(const Partition&) const = default;
+    };
+    const Plan& plan_;
+    uint32_t credit_, last_iteration_, outstanding_ = 0;
+    std::set<Partition> queue_;
+    std::set<std::tuple<uint32_t, uint32_t, uint32_t>> unacked_;   // (iteration, shard, first chunk)
 };
 
 // One TCP connection with an outgoing chunk queue and an incoming parser.
@@ -149,6 +226,15 @@ public:
     void queue(const Header& h)
     {
         out_.push_back({h, 0});
+    }
+
+    // A control message goes ahead of queued data (not of a chunk half written).
+    void queue_urgent(const Header& h)
+    {
+        auto at = out_.begin();
+        if (at != out_.end() && at->second > 0)
+            ++at;
+        out_.insert(at, {h, 0});
     }
 
     // Writes what the socket takes; returns bytes of payload+headers sent.
@@ -350,10 +436,21 @@ int run_worker(const Options& o)
         const uint32_t t = tensor_of_layer[l];
         return iteration == 0 || t == UINT32_MAX || pulled[iteration - 1][t] == tensor_chunks[t];
     };
+    PartitionScheduler scheduler(plan, o.credit, o.iterations - 1);
+    auto send_chunk = [&](const Header& h) {
+        conns[plan.placement.shards[h.shard].server][plan.lane(h.shard)]->queue(h);
+    };
     auto push = [&](size_t l) {
         const uint32_t t = tensor_of_layer[l];
         if (t == UINT32_MAX)
             return;
+        if (plan.mode.partitioned) {
+            for (uint32_t s : plan.placement.tensors[t].shards)
+                pushed_payload += plan.placement.shards[s].bytes;
+            scheduler.add(iteration, t);
+            scheduler.pump(send_chunk);
+            return;
+        }
         for (uint32_t s : plan.placement.tensors[t].shards)
             for (uint32_t c = 0; c < plan.chunks[s]; ++c) {
                 const Header h{iteration, s, c, static_cast<uint32_t>(plan.chunk_bytes(s, c))};
@@ -430,18 +527,22 @@ int run_worker(const Options& o)
                 sent += conn->flush();
             if (revents & (POLLIN | POLLHUP | POLLERR)) {
                 const bool ok = conn->read([&](const Header& h) {
-                    if (h.iteration < pulled.size() && h.shard < plan.placement.shards.size())
+                    if (!h.bytes)
+                        scheduler.acked(h);
+                    else if (h.iteration < pulled.size() && h.shard < plan.placement.shards.size())
                         ++pulled[h.iteration][plan.placement.shards[h.shard].tensor];
                 });
                 if (!ok)
                     throw std::runtime_error("server closed a connection");
             }
         }
+        scheduler.pump(send_chunk);
     }
 
     // The last iteration's gradients still have to reach the servers.
     for (bool pending = true; pending;) {
-        pending = false;
+        scheduler.pump(send_chunk);
+        pending = !scheduler.idle();
         for (const auto& [conn, revents] : poll_conns(conns, true, 100)) {
             pending = true;
             if (revents & POLLOUT)
@@ -507,6 +608,7 @@ int run_server(const Options& o)
     std::vector<Peer> peers;
     std::map<std::pair<uint32_t, uint32_t>, Conn*> route;  // (worker, lane) -> connection
     std::map<std::tuple<uint32_t, uint32_t, uint32_t>, uint32_t> aggregated;
+    std::map<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>, uint32_t> from_worker;   // bytescheduler acks
     uint64_t received = 0;
     size_t closed = 0;
     // Every worker opens one connection per used lane to every server.
@@ -518,17 +620,18 @@ int run_server(const Options& o)
             route.at({w, plan.lane(shard)})->queue({iteration, shard, chunk,
                                                     static_cast<uint32_t>(plan.chunk_bytes(shard, chunk))});
     };
-    auto on_chunk = [&](const Header& h) {
+    auto on_chunk = [&](const Header& h, uint32_t worker) {
         received += h.bytes;
         if (h.iteration + 1 >= o.iterations || h.shard >= plan.placement.shards.size())
             return;  // the last iteration's gradients need no reply
-        if (plan.mode.immediate) {
-            if (++aggregated[{h.iteration, h.shard, h.chunk}] == o.workers)
-                reply(h.iteration, h.shard, h.chunk);
-        } else if (++aggregated[{h.iteration, h.shard, UINT32_MAX}] == o.workers * plan.chunks[h.shard]) {
-            for (uint32_t c = 0; c < plan.chunks[h.shard]; ++c)
+        const auto [first, end] = plan.unit_of(h.shard, h.chunk);
+        // Acknowledge each worker's push of a whole partition: its credit.
+        if (plan.mode.partitioned && ++from_worker[{worker, h.iteration, h.shard, first}] == end - first)
+            route.at({worker, plan.lane(h.shard)})->queue_urgent({h.iteration, h.shard, first, 0});
+        // Answer once every worker's copy of the whole unit has arrived.
+        if (++aggregated[{h.iteration, h.shard, first}] == o.workers * (end - first))
+            for (uint32_t c = first; c < end; ++c)
                 reply(h.iteration, h.shard, c);
-        }
     };
 
     while (accepting || closed < peers.size()) {
@@ -572,7 +675,7 @@ int run_server(const Options& o)
                 }
                 continue;
             }
-            if (!p.conn->read(on_chunk)) {
+            if (!p.conn->read([&](const Header& h) { on_chunk(h, p.worker); })) {
                 p.conn.reset();
                 ++closed;
             }
@@ -624,10 +727,14 @@ Options parse(int argc, char** argv)
         else if (a == "--warmup") o.warmup = static_cast<uint32_t>(std::stoul(v));
         else if (a == "--byte-divisor") o.byte_divisor = std::stod(v);
         else if (a == "--rate-mbit") o.rate_mbit = std::stod(v);
+        else if (a == "--partition-bytes") o.partition_bytes = std::stoull(v);
+        else if (a == "--credit") o.credit = static_cast<uint32_t>(std::stoul(v));
         else throw std::runtime_error("unknown option " + a);
     }
     if (o.profile.empty() || !o.workers || !o.servers || o.byte_divisor <= 0 || o.iterations < 2)
         throw std::runtime_error("need --profile, --workers, --servers-count, --byte-divisor > 0, --iterations >= 2");
+    if (!o.partition_bytes || !o.credit)
+        throw std::runtime_error("--partition-bytes and --credit must be positive");
     return o;
 }
 

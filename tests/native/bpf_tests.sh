@@ -16,6 +16,8 @@ cd "$top/tests/cc"
 . ./lib.sh
 . ./behaviour.sh
 . ./agent.sh
+SCRIPTS=$top/scripts PROFILES=$top/tests/experiment/profiles
+. ./replay.sh
 SUITE=bpf
 
 # Natively the veth ceiling is far higher than in the VM; the checks compare
@@ -136,7 +138,7 @@ allowed_before=$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control)
 echo "$allowed_before mercury" >/proc/sys/net/ipv4/tcp_allowed_congestion_control
 
 run_test register
-for t in $BEHAVIOUR_TESTS $AGENT_TESTS; do
+for t in $BEHAVIOUR_TESTS $AGENT_TESTS replay_modes; do
 	run_test "$t"
 done
 run_test unregister

@@ -7,6 +7,7 @@
 . ./lib.sh
 . ./behaviour.sh
 . ./agent.sh
+. ./replay.sh
 
 KO=/lib/modules/$(uname -r)/extra/tcp_mercury.ko
 SYS=/sys/module/tcp_mercury/parameters
@@ -77,23 +78,6 @@ test_netns_delete() {
 	wait_for 100 global_entries_are "$base"
 	now=$(global_entries)
 	expect netns/freed "entries of a deleted netns freed ($now left of base $base)" [ "$now" = "$base" ]
-}
-
-# The experiment's replayer end to end in every mode (2 workers, 2 servers,
-# ResNet-18 shape, 3 iterations): it finishes, and every byte is accounted
-# for: each worker pushed and pulled exactly what the placement says, and the
-# servers together received every worker's pushes. No speed is asserted.
-test_replay_modes() {
-	export IP TC
-	local mode verdict rc
-	for mode in fifo mercury mercury-noprio prio-only; do
-		sh /mercury/scripts/cluster.sh up 2 2 100
-		verdict=$(timeout 120 sh /mercury/scripts/train.sh /mercury/profiles/resnet18.graph.txt $mode 2 2 100 3 |
-			awk -v workers=2 -f check_replay.awk)
-		rc=$?
-		expect "replay/$mode" "$verdict" [ "$rc" = 0 ]
-		sh /mercury/scripts/cluster.sh down
-	done
 }
 
 test_unload() {

@@ -272,11 +272,12 @@ static __always_inline void mercury_do_init(struct sock *sk)
 {
 	struct mercury_sock *ca = mercury_priv(sk);
 	__u64 netns = mercury_netns(sk);
+	const struct mercury_bpf_config *cfg = mercury_config_of(netns);
 
 	__builtin_memset(ca, 0, sizeof(*ca));
 	ca->flags = MERCURY_F_INIT;
-	ca->table_gen = mercury_config_of(netns)->gen - 1;	/* force a lookup */
-	mercury_refresh_prio(sk, ca, netns, mercury_config_of(netns));
+	ca->table_gen = cfg->gen - 1;	/* force a lookup */
+	mercury_refresh_prio(sk, ca, netns, cfg);
 	mercury_count(mercury_state_of(netns), MERCURY_BPF_CNT_FLOWS_INIT);
 }
 

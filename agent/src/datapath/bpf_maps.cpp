@@ -11,8 +11,6 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
-#include <iterator>
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -117,14 +115,19 @@ uint64_t monotonic_ns()
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-bool bpf_datapath_running()
+bool congestion_control_registered(std::string_view name)
 {
     std::ifstream in("/proc/sys/net/ipv4/tcp_available_congestion_control");
-    std::istringstream words(std::string(std::istreambuf_iterator<char>(in), {}));
-    bool registered = false;
-    for (std::string w; words >> w;)
-        registered |= w == MERCURY_CA_NAME;
-    return registered && access(pin_path(MERCURY_BPF_MAP_CONFIG).c_str(), F_OK) == 0;
+    for (std::string w; in >> w;)
+        if (w == name)
+            return true;
+    return false;
+}
+
+bool bpf_datapath_running()
+{
+    return congestion_control_registered(MERCURY_CA_NAME) &&
+           access(pin_path(MERCURY_BPF_MAP_CONFIG).c_str(), F_OK) == 0;
 }
 
 Status BpfMaps::open(std::unique_ptr<BpfMaps>& out)

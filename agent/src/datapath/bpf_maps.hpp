@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "datapath/datapath.hpp"
 #include "mercury/bpf_maps.h"
@@ -32,6 +33,9 @@ public:
 private:
     int fd_ = -1;
 };
+
+// Whether tcp_available_congestion_control lists @name (the list is global).
+bool congestion_control_registered(std::string_view name);
 
 // True when the program's maps are pinned and a CC named "mercury" is
 // registered: a BPF datapath is running (loaded by some mercuryd).

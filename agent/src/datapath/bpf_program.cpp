@@ -13,8 +13,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
-#include <sstream>
 #include <string>
 
 #include "tcp_mercury.skel.h"
@@ -27,16 +25,6 @@ namespace {
 // uapi headers (6.1) predate them.
 constexpr int kAttachStructOps = 44;   // BPF_STRUCT_OPS
 constexpr unsigned kMapFlagLink = 1U << 13;   // BPF_F_LINK
-
-bool cc_registered(const char* name)
-{
-    std::ifstream in("/proc/sys/net/ipv4/tcp_available_congestion_control");
-    std::istringstream words(std::string(std::istreambuf_iterator<char>(in), {}));
-    for (std::string w; words >> w;)
-        if (w == name)
-            return true;
-    return false;
-}
 
 // A bpffs of our own at the pin directory.
 Status mount_pin_dir()
@@ -70,7 +58,7 @@ Status BpfProgram::load(std::unique_ptr<BpfProgram>& out)
     if (access("/sys/kernel/btf/vmlinux", R_OK) != 0)
         return Status{-EOPNOTSUPP, "this kernel has no BTF (/sys/kernel/btf/vmlinux; CONFIG_DEBUG_INFO_BTF), which "
                                    "BPF congestion controls need: use tcp_mercury.ko (--datapath=kmod)"};
-    if (cc_registered(MERCURY_CA_NAME))
+    if (congestion_control_registered(MERCURY_CA_NAME))
         return Status{-EEXIST, "a congestion control named '" MERCURY_CA_NAME "' is already registered "
                                "(tcp_mercury.ko, or a BPF one another mercuryd owns): use --datapath=kmod, "
                                "or stop the other one"};

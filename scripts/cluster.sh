@@ -30,9 +30,13 @@ add_host() {
 	$IP -n "mc-$1" addr add "$2/24" dev eth0
 	$IP -n "mc-$1" link set eth0 up
 	$IP -n mc-sw link set "p-$1" master br0 up
-	# Queue about 5 ms of data at the rate; burst of a few packets.
-	$TC -n "mc-$1" qdisc add dev eth0 root tbf rate "${3}mbit" burst 16kb latency 5ms
-	$TC -n mc-sw qdisc add dev "p-$1" root tbf rate "${3}mbit" burst 16kb latency 5ms
+	# Queue 5 ms of data at the rate, but at least 128 KB (about 90 packets):
+	# at the low rates of a scaled-down cluster 5 ms is a handful of packets,
+	# and TCP then times out where a real switch port would not.
+	local limit=$(($3 * 625))
+	[ "$limit" -ge 131072 ] || limit=131072
+	$TC -n "mc-$1" qdisc add dev eth0 root tbf rate "${3}mbit" burst 16kb limit "$limit"
+	$TC -n mc-sw qdisc add dev "p-$1" root tbf rate "${3}mbit" burst 16kb limit "$limit"
 }
 
 up() {

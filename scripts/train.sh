@@ -28,6 +28,7 @@ j=0
 while [ $j -lt "$servers" ]; do
 	MERCURY_SOCKET=/run/mc-s$j.sock $IP netns exec "mc-s$j" \
 		mercury-replay server --id $j --listen "10.3.0.$((100 + j)):7000" $common >"$out/s$j.json" 2>&1 &
+	servers_pids="${servers_pids:-} $!"
 	list="$list${list:+,}10.3.0.$((100 + j)):7000"
 	j=$((j + 1))
 done
@@ -41,7 +42,8 @@ while [ $i -lt "$workers" ]; do
 done
 rc=0
 for p in $pids; do wait "$p" || rc=1; done
-sleep 0.3
+# Servers report once the last gradients are in and the workers hung up.
+for p in $servers_pids; do wait "$p" || rc=1; done
 for a in $agents; do kill "$a" 2>/dev/null || true; done
 cat "$out"/w*.json "$out"/s*.json
 rm -rf "$out"

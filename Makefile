@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod user test unit bpftest vmtest fuzz bench-cc bench-agent demo install clean guest
+.PHONY: all deps kmod user test unit bpftest vmtest fuzz bench bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -50,17 +50,28 @@ fuzz:
 test: deps
 	scripts/run-tests.sh
 
+# The paper's experiment natively with the BPF datapath: every model, every
+# mode, a bandwidth sweep; build/bench.{log,json,png}, build/bench-sweep.png.
+bench: deps user
+	scripts/bench.sh $(BUILD)/bench
+
 bench-cc: $(INITRD)
 	scripts/vm/run.sh bench-cc $(INITRD)
 
 bench-agent: $(INITRD)
 	scripts/vm/run.sh bench-agent $(INITRD)
 
-# The main job: the emulated training cluster, vanilla vs Mercury.
+# The main job: the emulated training cluster, vanilla vs Mercury; first
+# natively with the BPF datapath, then in the VM with tcp_mercury.ko.
 demo: deps
+	$(MAKE) user
+	@echo "=== natively, BPF datapath"
+	scripts/demo-native.sh $(BUILD)/native-demo.log
+	scripts/report.sh $(BUILD)/native-demo.log $(BUILD)/demo
 	$(MAKE) $(INITRD)
+	@echo "=== in the VM, tcp_mercury.ko"
 	scripts/vm/run.sh demo $(INITRD)
-	scripts/report.sh $(BUILD)/vm-demo.log $(BUILD)/demo
+	scripts/report.sh $(BUILD)/vm-demo.log $(BUILD)/demo-vm
 
 install: all
 	$(MAKE) -C kmod install

@@ -1,50 +1,40 @@
 // SPDX-License-Identifier: GPL-2.0
 #include "daemon/datapath_provider.hpp"
 
-#include <cerrno>
 #include <string>
-
-#include "datapath/bpf_maps.hpp"
-#include "datapath/genl_client.hpp"
 
 namespace mercury {
 
 Status DatapathProvider::open(std::unique_ptr<Datapath>& out)
 {
+    // The module first (it autoloads where it can): loading the BPF program
+    // registers "mercury" and would keep the module from loading.
     if (kind_ == DatapathKind::kBpf)
-        return open_bpf(out);
-    std::unique_ptr<GenlClient> nl;
-    const Status s = GenlClient::open(nl);
-    if (s) {
-        out = std::move(nl);
-        kind_ = DatapathKind::kKmod;   // auto chose: a module reload must not flip us to BPF
-        return s;
+        if (const Status loaded = load_bpf_if_absent(); !loaded)
+            return loaded;
+    Status s = open_datapath(kind_, out);
+    if (!s && kind_ == DatapathKind::kAuto) {
+        const Status loaded = load_bpf_if_absent();
+        s = loaded ? open_datapath(DatapathKind::kBpf, out) : loaded;
     }
-    if (kind_ == DatapathKind::kKmod)
-        return s;
-    // auto: the module is preferred but absent (it autoloads when it can).
-    const Status b = open_bpf(out);
-    if (!b)
-        return Status{b.error, "tcp_mercury is not loaded, and the BPF datapath is unavailable: " + b.message};
-    kind_ = DatapathKind::kBpf;
-    return b;
+    // auto settles on what it found: a module reload must not flip us to BPF.
+    if (s && kind_ == DatapathKind::kAuto)
+        kind_ = out->name() == "kmod" ? DatapathKind::kKmod : DatapathKind::kBpf;
+    return s;
 }
 
-Status DatapathProvider::open_bpf(std::unique_ptr<Datapath>& out)
+// Another mercuryd on this host may have loaded it; share it then.
+Status DatapathProvider::load_bpf_if_absent()
 {
-    // Another mercuryd on this host may have loaded it; share it then.
-    if (!program_ && !bpf_datapath_running()) {
-        const Status s = BpfProgram::load(program_);
-        if (!s)
-            return s;
-        log_.info("loaded the BPF datapath and registered congestion control '" MERCURY_CA_NAME "'",
-                  {{"unregisters_on_crash", program_->link_mode() ? "yes" : "no (kernel < 6.4)"}});
-        BpfMaps::open(collector_);
-    }
-    std::unique_ptr<BpfMaps> maps;
-    const Status s = BpfMaps::open(maps);
-    if (s)
-        out = std::move(maps);
+    if (program_ || bpf_datapath_running())
+        return {};
+    const Status s = BpfProgram::load(program_);
+    if (!s)
+        return s;
+    log_.info("loaded the BPF datapath and registered congestion control '" MERCURY_CA_NAME "'",
+              {{"unregisters_on_crash", program_->link_mode() ? "yes" : "no (kernel < 6.4)"}});
+    if (const Status c = BpfMaps::open(collector_); !c)
+        log_.warn("cannot open the maps to collect expired entries", {{"reason", c.describe()}});
     return s;
 }
 

@@ -2,9 +2,8 @@
 // How mercuryd reaches its datapath (--datapath=auto|kmod|bpf): opens the
 // module's netlink family, or the BPF program's maps, loading and
 // registering that program first when no mercuryd on this host has. auto
-// settles on the first one it reaches and stays with it (a module reload
-// must not turn into a switch to BPF). The
-// mercuryd that loaded it keeps it registered while it runs, collects its
+// settles on the first one it reaches and stays with it. The mercuryd that
+// loaded the program keeps it registered while it runs, collects its
 // expired entries, and unregisters it on exit.
 #pragma once
 
@@ -21,7 +20,6 @@ class DatapathProvider {
 public:
     DatapathProvider(DatapathKind kind, const Logger& log) : kind_(kind), log_(log) {}
 
-    DatapathKind kind() const { return kind_; }
     Status open(std::unique_ptr<Datapath>& out);
     // Periodic upkeep; only the loading mercuryd has any.
     void maintain();
@@ -29,7 +27,7 @@ public:
     void release();
 
 private:
-    Status open_bpf(std::unique_ptr<Datapath>& out);
+    Status load_bpf_if_absent();
 
     DatapathKind kind_;
     const Logger& log_;

@@ -187,45 +187,40 @@ static void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
 				struct mercury_net *mn, u64 now_us)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
-	u32 floor = READ_ONCE(mn->params.cwnd_floor);
 	u32 window_us = mercury_hold_window_us(tp->srtt_us >> 3);
-	bool held = ca->flags & MERCURY_F_HELD;
-	bool preempted, hold;
+	enum mercury_hold_change change;
 	struct mercury_window w;
 
-	preempted = mercury_preempted(mn->last_active_us, ca->rank, now_us,
-				      window_us);
-	if (!preempted)
-		ca->held_since_us = 0;
-	else if (!ca->held_since_us)
-		ca->held_since_us = now_us;
-	hold = preempted &&
-	       !mercury_in_grace(ca->held_since_us, now_us,
-				 READ_ONCE(mn->params.max_hold_ms));
-
 	mercury_load(tp, ca, &w);
-	if (hold && !held) {
-		mercury_hold(&w, &ca->saved_cwnd, floor);
+	change = mercury_hold_step(&w, &ca->saved_cwnd, &ca->held_since_us,
+				   ca->flags & MERCURY_F_HELD,
+				   mercury_preempted(mn->last_active_us, ca->rank,
+						     now_us, window_us),
+				   now_us, READ_ONCE(mn->params.max_hold_ms),
+				   READ_ONCE(mn->params.cwnd_floor));
+	switch (change) {
+	case MERCURY_HOLD_UNCHANGED:
+		return;
+	case MERCURY_HOLD_ENTERED:
 		ca->flags |= MERCURY_F_HELD;
 		ca->holds++;
 		mercury_count(mn, MERCURY_CNT_HOLDS);
-	} else if (hold) {
-		/* Recovery may have moved cwnd; keep it at the floor. */
-		if (w.cwnd > floor)
-			w.cwnd = floor;
-	} else if (held) {
-		mercury_unhold(&w, ca->saved_cwnd);
+		break;
+	case MERCURY_HOLD_KEPT:
+		break;
+	case MERCURY_HOLD_RELEASED:
+	case MERCURY_HOLD_GRANTED:
 		ca->flags &= ~MERCURY_F_HELD;
-		mercury_count(mn, preempted ? MERCURY_CNT_STARVE_GRANTS :
-					      MERCURY_CNT_RELEASES);
-	} else {
-		return;
+		mercury_count(mn, change == MERCURY_HOLD_GRANTED ?
+				  MERCURY_CNT_STARVE_GRANTS : MERCURY_CNT_RELEASES);
+		break;
 	}
 	mercury_store(tp, ca, &w);
-	if (READ_ONCE(mn->params.debug) && hold != held)
+	if (READ_ONCE(mn->params.debug) && change != MERCURY_HOLD_KEPT)
 		net_info_ratelimited("tcp_mercury: %pI4:%u rank %u %s cwnd %u\n",
 				     &sk->sk_daddr, ntohs(sk->sk_dport), ca->rank,
-				     hold ? "held" : "released", w.cwnd);
+				     change == MERCURY_HOLD_ENTERED ? "held" : "released",
+				     w.cwnd);
 }
 
 static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)

@@ -233,6 +233,50 @@ static inline void mercury_unhold(struct mercury_window *w, __u32 saved_cwnd)
 		w->cwnd = saved_cwnd;
 }
 
+/* What one hold decision did to a flow's window. */
+enum mercury_hold_change {
+	MERCURY_HOLD_UNCHANGED,	/* neither held nor to be held: untouched */
+	MERCURY_HOLD_ENTERED,	/* clamped to the floor */
+	MERCURY_HOLD_KEPT,	/* still held, back at the floor if recovery moved it */
+	MERCURY_HOLD_RELEASED,	/* the more urgent rank went quiet */
+	MERCURY_HOLD_GRANTED,	/* let go by the starvation guard */
+};
+
+/*
+ * The hold decision, once per ACK: a flow @preempted by a more urgent rank
+ * is held at @floor unless the starvation guard grants it a grace period,
+ * and gets its window back when it is no longer held. @held says whether
+ * it was held before; @held_since_us and @saved_cwnd are the flow's own.
+ */
+static inline enum mercury_hold_change
+mercury_hold_step(struct mercury_window *w, __u32 *saved_cwnd,
+		  __u64 *held_since_us, int held, int preempted, __u64 now_us,
+		  __u32 max_hold_ms, __u32 floor)
+{
+	int hold;
+
+	if (!preempted)
+		*held_since_us = 0;
+	else if (!*held_since_us)
+		*held_since_us = now_us;
+	hold = preempted && !mercury_in_grace(*held_since_us, now_us, max_hold_ms);
+
+	if (hold && !held) {
+		mercury_hold(w, saved_cwnd, floor);
+		return MERCURY_HOLD_ENTERED;
+	}
+	if (hold) {
+		if (w->cwnd > floor)
+			w->cwnd = floor;
+		return MERCURY_HOLD_KEPT;
+	}
+	if (held) {
+		mercury_unhold(w, *saved_cwnd);
+		return preempted ? MERCURY_HOLD_GRANTED : MERCURY_HOLD_RELEASED;
+	}
+	return MERCURY_HOLD_UNCHANGED;
+}
+
 /*
  * Defence against a window the CC did not set (seen with BPF CCs: recovery
  * entered without ssthresh() having run). Returns 1 if anything was fixed.

@@ -329,39 +329,36 @@ static __always_inline void mercury_update_hold(struct sock *sk,
 						__u64 now_us, __u32 window_us)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
-	__u32 floor = cfg->cwnd_floor;
-	int held = ca->flags & MERCURY_F_HELD;
-	int preempted, hold;
+	enum mercury_hold_change change;
 	struct mercury_window w;
 
-	preempted = st && mercury_preempted(st->last_active_us, ca->rank,
-					    now_us, window_us);
-	if (!preempted)
-		ca->held_since_us = 0;
-	else if (!ca->held_since_us)
-		ca->held_since_us = now_us;
-	hold = preempted &&
-	       !mercury_in_grace(ca->held_since_us, now_us, cfg->max_hold_ms);
-
 	mercury_load(tp, ca, &w);
-	if (hold && !held) {
-		mercury_hold(&w, &ca->saved_cwnd, floor);
+	change = mercury_hold_step(&w, &ca->saved_cwnd, &ca->held_since_us,
+				   ca->flags & MERCURY_F_HELD,
+				   st && mercury_preempted(st->last_active_us,
+							   ca->rank, now_us,
+							   window_us),
+				   now_us, cfg->max_hold_ms, cfg->cwnd_floor);
+	switch (change) {
+	case MERCURY_HOLD_UNCHANGED:
+		return;
+	case MERCURY_HOLD_ENTERED:
 		ca->flags |= MERCURY_F_HELD;
 		ca->holds++;
 		mercury_count(st, MERCURY_BPF_CNT_HOLDS);
-	} else if (hold) {
-		if (w.cwnd > floor)
-			w.cwnd = floor;
-	} else if (held) {
-		mercury_unhold(&w, ca->saved_cwnd);
+		break;
+	case MERCURY_HOLD_KEPT:
+		break;
+	case MERCURY_HOLD_RELEASED:
+	case MERCURY_HOLD_GRANTED:
 		ca->flags &= ~MERCURY_F_HELD;
-		mercury_count(st, preempted ? MERCURY_BPF_CNT_STARVE_GRANTS :
-					      MERCURY_BPF_CNT_RELEASES);
-	} else {
-		return;
+		mercury_count(st, change == MERCURY_HOLD_GRANTED ?
+				  MERCURY_BPF_CNT_STARVE_GRANTS :
+				  MERCURY_BPF_CNT_RELEASES);
+		break;
 	}
 	mercury_store(tp, ca, &w);
-	if (hold != held)
+	if (change != MERCURY_HOLD_KEPT)
 		mercury_publish(sk, ca);
 }
 

@@ -91,6 +91,36 @@ TEST_CASE("hold clamps to the floor and release restores the window", "[core]")
     CHECK(small.cwnd == 1);   // never raised by a hold
 }
 
+TEST_CASE("hold step: enter, keep at the floor, grant, release", "[core]")
+{
+    mercury_window w{80, 40, 7};
+    __u32 saved = 0;
+    __u64 since = 0;
+    const __u64 t0 = 5'000'000;
+
+    CHECK(mercury_hold_step(&w, &saved, &since, 0, 0, t0, 1000, 2) == MERCURY_HOLD_UNCHANGED);
+    CHECK(w.cwnd == 80);
+
+    CHECK(mercury_hold_step(&w, &saved, &since, 0, 1, t0, 1000, 2) == MERCURY_HOLD_ENTERED);
+    CHECK(w.cwnd == 2);
+    CHECK(saved == 80);
+    CHECK(since == t0);
+
+    w.cwnd = 9;   // recovery moved it
+    CHECK(mercury_hold_step(&w, &saved, &since, 1, 1, t0 + 1000, 1000, 2) == MERCURY_HOLD_KEPT);
+    CHECK(w.cwnd == 2);
+    CHECK(since == t0);   // the hold goes on from when it began
+
+    // Still preempted after max_hold: the starvation guard lets it go.
+    CHECK(mercury_hold_step(&w, &saved, &since, 1, 1, t0 + 1'000'000, 1000, 2) == MERCURY_HOLD_GRANTED);
+    CHECK(w.cwnd == 80);
+
+    CHECK(mercury_hold_step(&w, &saved, &since, 0, 1, t0 + 1'125'000, 1000, 2) == MERCURY_HOLD_ENTERED);
+    CHECK(mercury_hold_step(&w, &saved, &since, 1, 0, t0 + 1'200'000, 1000, 2) == MERCURY_HOLD_RELEASED);
+    CHECK(w.cwnd == 80);
+    CHECK(since == 0);
+}
+
 TEST_CASE("starvation guard: grace of max_hold/8 after every max_hold", "[core]")
 {
     const __u64 since = 10'000'000;

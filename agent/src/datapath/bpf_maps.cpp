@@ -55,6 +55,20 @@ std::vector<Key> all_keys(int fd)
     return keys;
 }
 
+// Calls @fn(key, entry) for every entry of @netns that has not expired;
+// returns how many entries the map holds in all (every netns, expired too).
+template <typename Key, typename Fn>
+size_t for_each_live(int fd, uint64_t netns, uint64_t now, Fn&& fn)
+{
+    const auto keys = all_keys<Key>(fd);
+    for (const auto& k : keys) {
+        mercury_bpf_entry e{};
+        if (k.netns == netns && bpf_map_lookup_elem(fd, &k, &e) == 0 && e.expires_ns > now)
+            fn(k, e);
+    }
+    return keys.size();
+}
+
 uint32_t expires_ms(const mercury_bpf_entry& e, uint64_t now)
 {
     return e.expires_ns > now ? static_cast<uint32_t>((e.expires_ns - now) / 1000000) : 0;
@@ -275,12 +289,9 @@ Status BpfMaps::dump_tags(std::vector<TagEntry>& out)
 {
     out.clear();
     const uint64_t now = monotonic_ns();
-    for (const auto& k : all_keys<mercury_bpf_tag_key>(tags_.get())) {
-        mercury_bpf_entry e{};
-        if (k.netns != netns_ || bpf_map_lookup_elem(tags_.get(), &k, &e) != 0 || e.expires_ns <= now)
-            continue;
+    for_each_live<mercury_bpf_tag_key>(tags_.get(), netns_, now, [&](const auto& k, const mercury_bpf_entry& e) {
         out.push_back(TagEntry{k.tag, e.rank, e.weight, expires_ms(e, now)});
-    }
+    });
     return {};
 }
 
@@ -288,10 +299,7 @@ Status BpfMaps::dump_flows(std::vector<FlowEntry>& out)
 {
     out.clear();
     const uint64_t now = monotonic_ns();
-    for (const auto& k : all_keys<mercury_bpf_flow_key>(flows_.get())) {
-        mercury_bpf_entry e{};
-        if (k.netns != netns_ || bpf_map_lookup_elem(flows_.get(), &k, &e) != 0 || e.expires_ns <= now)
-            continue;
+    for_each_live<mercury_bpf_flow_key>(flows_.get(), netns_, now, [&](const auto& k, const mercury_bpf_entry& e) {
         FlowEntry f;
         if (k.kind == MERCURY_BPF_KEY_COOKIE) {
             f.key = FlowKey::by_cookie(k.cookie);
@@ -310,7 +318,7 @@ Status BpfMaps::dump_flows(std::vector<FlowEntry>& out)
         f.weight = e.weight;
         f.expires_ms = expires_ms(e, now);
         out.push_back(f);
-    }
+    });
     return {};
 }
 
@@ -353,19 +361,10 @@ Status BpfMaps::get_stats(Stats& out)
         out[kCounterNames[i]] = st.counters[i];
 
     const uint64_t now = monotonic_ns();
-    uint64_t tags = 0, flows = 0, global = 0;
-    for (const auto& k : all_keys<mercury_bpf_tag_key>(tags_.get())) {
-        mercury_bpf_entry e{};
-        ++global;
-        if (k.netns == netns_ && bpf_map_lookup_elem(tags_.get(), &k, &e) == 0 && e.expires_ns > now)
-            ++tags;
-    }
-    for (const auto& k : all_keys<mercury_bpf_flow_key>(flows_.get())) {
-        mercury_bpf_entry e{};
-        ++global;
-        if (k.netns == netns_ && bpf_map_lookup_elem(flows_.get(), &k, &e) == 0 && e.expires_ns > now)
-            ++flows;
-    }
+    uint64_t tags = 0, flows = 0;
+    const size_t global =
+        for_each_live<mercury_bpf_tag_key>(tags_.get(), netns_, now, [&](const auto&, const auto&) { ++tags; }) +
+        for_each_live<mercury_bpf_flow_key>(flows_.get(), netns_, now, [&](const auto&, const auto&) { ++flows; });
     const mercury_bpf_config cfg = config();
     out["tag_entries"] = tags;
     out["flow_entries"] = flows;

@@ -17,22 +17,16 @@ export PATH=${BIN:-$top/build/user/guest-bin}:$PATH
 IP=/usr/sbin/ip TC=/usr/sbin/tc
 ROUNDS=${ROUNDS:-3} SECS=${SECONDS_PER_RUN:-5}
 
-registered() { grep -qw mercury /proc/sys/net/ipv4/tcp_available_congestion_control; }
-loader=""
+. "$top/scripts/bpf-loader.sh"
 cleanup() {
 	$IP netns del ack1 2>/dev/null
 	$IP netns del ack2 2>/dev/null
 	sysctl -qw kernel.bpf_stats_enabled="$stats_before" 2>/dev/null
-	[ -n "$loader" ] && kill "$loader" 2>/dev/null && wait "$loader" 2>/dev/null
+	bpf_loader_stop
 }
 stats_before=$(sysctl -n kernel.bpf_stats_enabled 2>/dev/null || echo 0)
 trap cleanup EXIT
-if ! registered; then
-	mercuryd --datapath=bpf --socket /run/mercury-ack.sock --log-level warn &
-	loader=$!
-	for _ in $(seq 50); do registered && break; sleep 0.1; done
-fi
-registered || { echo "bench-ack-cost: no mercury CC registered" >&2; exit 1; }
+bpf_loader_start bench-ack-cost || exit 1
 
 $IP netns add ack1
 $IP netns add ack2

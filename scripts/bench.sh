@@ -39,22 +39,15 @@ mkdir -p "$(dirname "$out")"
 : >"$out.runs.jsonl"
 
 say() { echo "$*" | tee -a "$log"; }
-registered() { grep -qw mercury /proc/sys/net/ipv4/tcp_available_congestion_control; }
+. "$top/scripts/bpf-loader.sh"
 
-loader=""
 cleanup() {
 	sh "$top/scripts/cluster.sh" down 2>/dev/null
-	[ -n "$loader" ] && kill "$loader" 2>/dev/null && wait "$loader" 2>/dev/null
+	bpf_loader_stop
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-if ! registered; then
-	mercuryd --datapath=bpf --socket /run/mercury-bench.sock --log-level warn 2>>"$out.agent.log" &
-	loader=$!
-	for _ in $(seq 50); do registered && break; sleep 0.1; done
-	registered || { echo "bench: the BPF datapath did not register (see $out.agent.log)" >&2; exit 1; }
-fi
+bpf_loader_start bench "$out.agent.log" || exit 1
 say "INFO bench: $W workers + $S servers, ${RATE} Mbit/s per link, $ITER iterations (2 warm-up), datapath $(mercuryctl stats >/dev/null 2>&1 && echo bpf)"
 
 # 1. Link check: worker i <-> server i, both directions, all at once; each

@@ -4,8 +4,9 @@
  * per-tag and per-flow priorities, tunes parameters and reads statistics.
  * The contract (commands, attributes, limits) is include/mercury/uapi.h.
  *
- * Policies are strict: unknown attributes, wrong lengths and out-of-range
- * values fail with -EINVAL and an extack message before a handler runs.
+ * Policies are strict and checked by the netlink core before a handler
+ * runs: unknown attributes and wrong lengths fail with -EINVAL, values out of
+ * range with -ERANGE, each with an extack message (and the policy's bounds).
  * Mutations need CAP_NET_ADMIN in the netns's user namespace.
  */
 
@@ -16,53 +17,14 @@
 #include "mercury.h"
 
 /*
- * Range checks. The policy core's own ranges answer -ERANGE; ours answer
- * -EINVAL like every other malformed request, naming the attribute and its
- * bounds in the extack message. (v - lo) > (hi - lo) is v outside [lo, hi]
- * in unsigned arithmetic.
+ * Integer ranges are policy data (NLA_POLICY_RANGE and friends), checked by
+ * the netlink core before a handler runs: out of range is -ERANGE with the
+ * bounds echoed in the extended ack. A validate function is used only on the
+ * binary address attributes: on an integer its pointer would share a union
+ * with min/max, and the policy echo in an error reply (or a
+ * CTRL_CMD_GETPOLICY dump, which anyone may ask for) would read it as a
+ * range and WARN (see upstream 9e17f99220d1, act_mpls).
  */
-#define MERCURY_RANGE(name, get, lo, hi, msg)					\
-static int mercury_check_##name(const struct nlattr *attr,			\
-				struct netlink_ext_ack *extack)		\
-{										\
-	u64 v = get(attr);							\
-										\
-	if (v - (lo) > (u64)(hi) - (lo)) {					\
-		NL_SET_ERR_MSG_ATTR(extack, attr, msg);				\
-		return -EINVAL;							\
-	}									\
-	return 0;								\
-}
-
-MERCURY_RANGE(rank, nla_get_u8, 0, MERCURY_NUM_RANKS - 1, "RANK must be 0..7")
-MERCURY_RANGE(weight, nla_get_u16, MERCURY_WEIGHT_MIN, MERCURY_WEIGHT_MAX,
-	      "WEIGHT must be 1..1024")
-MERCURY_RANGE(ttl, nla_get_u32, MERCURY_TTL_MS_MIN, MERCURY_TTL_MS_MAX,
-	      "TTL_MS must be 100..3600000")
-MERCURY_RANGE(cookie, nla_get_u64, 1, U64_MAX, "COOKIE must not be 0")
-MERCURY_RANGE(port, nla_get_u16, 1, U16_MAX, "port must not be 0")
-MERCURY_RANGE(floor, nla_get_u32, MERCURY_CWND_FLOOR_MIN, MERCURY_CWND_FLOOR_MAX,
-	      "CWND_FLOOR must be 1..64")
-MERCURY_RANGE(thresh, nla_get_u32, 0, MERCURY_DELAY_THRESH_US_MAX,
-	      "DELAY_THRESH_US must be 0..1000000")
-MERCURY_RANGE(entries, nla_get_u32, MERCURY_MAX_ENTRIES_MIN, MERCURY_MAX_ENTRIES_MAX,
-	      "MAX_ENTRIES must be 1..65536")
-MERCURY_RANGE(hold, nla_get_u32, MERCURY_MAX_HOLD_MS_MIN, MERCURY_MAX_HOLD_MS_MAX,
-	      "MAX_HOLD_MS must be 10..60000")
-MERCURY_RANGE(debug, nla_get_u8, 0, 1, "DEBUG must be 0 or 1")
-
-static int mercury_check_family(const struct nlattr *attr,
-				struct netlink_ext_ack *extack)
-{
-	u8 family = nla_get_u8(attr);
-
-	if (family != AF_INET && family != AF_INET6) {
-		NL_SET_ERR_MSG_ATTR(extack, attr, "FAMILY must be AF_INET or AF_INET6");
-		return -EINVAL;
-	}
-	return 0;
-}
-
 static int mercury_check_addr(const struct nlattr *attr,
 			      struct netlink_ext_ack *extack)
 {
@@ -73,33 +35,52 @@ static int mercury_check_addr(const struct nlattr *attr,
 	return 0;
 }
 
-#define MERCURY_CHECKED(type, name) NLA_POLICY_VALIDATE_FN(type, mercury_check_##name)
+static const struct netlink_range_validation mercury_ttl_range = {
+	.min = MERCURY_TTL_MS_MIN,
+	.max = MERCURY_TTL_MS_MAX,
+};
+
+static const struct netlink_range_validation mercury_thresh_range = {
+	.max = MERCURY_DELAY_THRESH_US_MAX,
+};
+
+static const struct netlink_range_validation mercury_entries_range = {
+	.min = MERCURY_MAX_ENTRIES_MIN,
+	.max = MERCURY_MAX_ENTRIES_MAX,
+};
+
+static const struct netlink_range_validation mercury_hold_range = {
+	.min = MERCURY_MAX_HOLD_MS_MIN,
+	.max = MERCURY_MAX_HOLD_MS_MAX,
+};
 
 static const struct nla_policy mercury_flow_policy[MERCURY_FLOW_ATTR_MAX + 1] = {
 	[MERCURY_FLOW_ATTR_PAD]		= { .type = NLA_REJECT },
-	[MERCURY_FLOW_ATTR_COOKIE]	= MERCURY_CHECKED(NLA_U64, cookie),
-	[MERCURY_FLOW_ATTR_FAMILY]	= MERCURY_CHECKED(NLA_U8, family),
+	[MERCURY_FLOW_ATTR_COOKIE]	= NLA_POLICY_MIN(NLA_U64, 1),
+	[MERCURY_FLOW_ATTR_FAMILY]	= NLA_POLICY_RANGE(NLA_U8, AF_INET, AF_INET6),
 	[MERCURY_FLOW_ATTR_SADDR]	= NLA_POLICY_VALIDATE_FN(NLA_BINARY, mercury_check_addr, 16),
 	[MERCURY_FLOW_ATTR_DADDR]	= NLA_POLICY_VALIDATE_FN(NLA_BINARY, mercury_check_addr, 16),
-	[MERCURY_FLOW_ATTR_SPORT]	= MERCURY_CHECKED(NLA_U16, port),
-	[MERCURY_FLOW_ATTR_DPORT]	= MERCURY_CHECKED(NLA_U16, port),
+	[MERCURY_FLOW_ATTR_SPORT]	= NLA_POLICY_MIN(NLA_U16, 1),
+	[MERCURY_FLOW_ATTR_DPORT]	= NLA_POLICY_MIN(NLA_U16, 1),
 };
 
 static const struct nla_policy mercury_param_policy[MERCURY_PARAM_MAX + 1] = {
-	[MERCURY_PARAM_CWND_FLOOR]	= MERCURY_CHECKED(NLA_U32, floor),
-	[MERCURY_PARAM_DELAY_THRESH_US]	= MERCURY_CHECKED(NLA_U32, thresh),
-	[MERCURY_PARAM_ENTRY_TTL_MS]	= MERCURY_CHECKED(NLA_U32, ttl),
-	[MERCURY_PARAM_MAX_ENTRIES]	= MERCURY_CHECKED(NLA_U32, entries),
-	[MERCURY_PARAM_MAX_HOLD_MS]	= MERCURY_CHECKED(NLA_U32, hold),
-	[MERCURY_PARAM_DEBUG]		= MERCURY_CHECKED(NLA_U8, debug),
+	[MERCURY_PARAM_CWND_FLOOR]	= NLA_POLICY_RANGE(NLA_U32, MERCURY_CWND_FLOOR_MIN,
+							   MERCURY_CWND_FLOOR_MAX),
+	[MERCURY_PARAM_DELAY_THRESH_US]	= NLA_POLICY_FULL_RANGE(NLA_U32, &mercury_thresh_range),
+	[MERCURY_PARAM_ENTRY_TTL_MS]	= NLA_POLICY_FULL_RANGE(NLA_U32, &mercury_ttl_range),
+	[MERCURY_PARAM_MAX_ENTRIES]	= NLA_POLICY_FULL_RANGE(NLA_U32, &mercury_entries_range),
+	[MERCURY_PARAM_MAX_HOLD_MS]	= NLA_POLICY_FULL_RANGE(NLA_U32, &mercury_hold_range),
+	[MERCURY_PARAM_DEBUG]		= NLA_POLICY_MAX(NLA_U8, 1),
 };
 
 static const struct nla_policy mercury_policy[MERCURY_ATTR_MAX + 1] = {
 	[MERCURY_ATTR_PAD]		= { .type = NLA_REJECT },
 	[MERCURY_ATTR_TAG]		= { .type = NLA_U32 },
-	[MERCURY_ATTR_RANK]		= MERCURY_CHECKED(NLA_U8, rank),
-	[MERCURY_ATTR_WEIGHT]		= MERCURY_CHECKED(NLA_U16, weight),
-	[MERCURY_ATTR_TTL_MS]		= MERCURY_CHECKED(NLA_U32, ttl),
+	[MERCURY_ATTR_RANK]		= NLA_POLICY_MAX(NLA_U8, MERCURY_NUM_RANKS - 1),
+	[MERCURY_ATTR_WEIGHT]		= NLA_POLICY_RANGE(NLA_U16, MERCURY_WEIGHT_MIN,
+							   MERCURY_WEIGHT_MAX),
+	[MERCURY_ATTR_TTL_MS]		= NLA_POLICY_FULL_RANGE(NLA_U32, &mercury_ttl_range),
 	[MERCURY_ATTR_EXPIRES_MS]	= { .type = NLA_REJECT },
 	[MERCURY_ATTR_FLOW]		= NLA_POLICY_NESTED(mercury_flow_policy),
 	[MERCURY_ATTR_PARAMS]		= NLA_POLICY_NESTED(mercury_param_policy),
@@ -176,6 +157,11 @@ static int mercury_parse_flow(struct genl_info *info, struct mercury_key *key)
 	}
 	key->kind = MERCURY_KEY_TUPLE;
 	key->family = nla_get_u8(tb[MERCURY_FLOW_ATTR_FAMILY]);
+	if (key->family != AF_INET && key->family != AF_INET6) {
+		NL_SET_ERR_MSG_ATTR(extack, tb[MERCURY_FLOW_ATTR_FAMILY],
+				    "FAMILY must be AF_INET or AF_INET6");
+		return -EINVAL;
+	}
 	err = mercury_parse_addr(tb[MERCURY_FLOW_ATTR_SADDR], key->family,
 				 &key->saddr, extack);
 	if (!err)

@@ -6,7 +6,11 @@
  * Generic netlink family MERCURY_GENL_NAME, version MERCURY_GENL_VERSION.
  * Every netns has its own table of entries and its own parameters; requests
  * act on the caller's netns. Mutating commands need CAP_NET_ADMIN in the
- * user namespace owning that netns (-EPERM otherwise).
+ * user namespace owning that netns (-EPERM otherwise). Malformed requests
+ * (unknown or reply-only attributes, wrong lengths, missing attributes) fail
+ * with -EINVAL; values outside the ranges below fail with -ERANGE, the
+ * netlink core's code, with the bounds in the extended ack. Either way
+ * nothing changes.
  *
  * An entry maps a *tag* (a socket's SO_PRIORITY) or a *flow* (socket cookie,
  * or local/remote address and port) to a rank and a weight:

@@ -64,9 +64,16 @@ int on_error(sockaddr_nl*, nlmsgerr* err, void* arg)
         return NL_STOP;
     auto* tlvs = reinterpret_cast<nlattr*>(reinterpret_cast<char*>(err) + offset);
     nlattr* tb[NLMSGERR_ATTR_MAX + 1] = {};
-    if (nla_parse(tb, NLMSGERR_ATTR_MAX, tlvs, payload - static_cast<int>(offset), nullptr) == 0 &&
-        tb[NLMSGERR_ATTR_MSG])
+    if (nla_parse(tb, NLMSGERR_ATTR_MAX, tlvs, payload - static_cast<int>(offset), nullptr) != 0)
+        return NL_STOP;
+    if (tb[NLMSGERR_ATTR_MSG])
         tx->status.message = nla_get_string(tb[NLMSGERR_ATTR_MSG]);
+    // Out-of-range values: the kernel echoes the attribute's policy; name its bounds.
+    nlattr* pol[NL_POLICY_TYPE_ATTR_MAX + 1] = {};
+    if (tb[NLMSGERR_ATTR_POLICY] && nla_parse_nested(pol, NL_POLICY_TYPE_ATTR_MAX, tb[NLMSGERR_ATTR_POLICY], nullptr) == 0 &&
+        pol[NL_POLICY_TYPE_ATTR_MIN_VALUE_U] && pol[NL_POLICY_TYPE_ATTR_MAX_VALUE_U])
+        tx->status.message += " (allowed " + std::to_string(nla_get_u64(pol[NL_POLICY_TYPE_ATTR_MIN_VALUE_U])) + ".." +
+                              std::to_string(nla_get_u64(pol[NL_POLICY_TYPE_ATTR_MAX_VALUE_U])) + ")";
     return NL_STOP;
 }
 

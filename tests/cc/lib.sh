@@ -101,8 +101,21 @@ in_ns() {
 	$IP netns exec "$ns" "$@"
 }
 
-set_default_cc() {	# set_default_cc NS CC
-	in_ns "$1" sh -c "echo $2 >/proc/sys/net/ipv4/tcp_congestion_control"
+# set_default_cc NS CC: the netns's default CC, written, checked and read
+# back. A netns other than the initial one may only pick a CC listed in
+# tcp_allowed_congestion_control (reno always is); a refusal fails the run
+# here instead of letting a test measure the host's default.
+set_default_cc() {
+	local got
+	if ! in_ns "$1" sh -c "echo $2 >/proc/sys/net/ipv4/tcp_congestion_control" 2>/dev/null; then
+		fail "setup/default-cc" "netns $1 refused default $2 (allowed: $(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control))"
+		return 1
+	fi
+	got=$(in_ns "$1" cat /proc/sys/net/ipv4/tcp_congestion_control)
+	if [ "$got" != "$2" ]; then
+		fail "setup/default-cc" "netns $1 default reads $got after writing $2"
+		return 1
+	fi
 }
 
 # Same host: sender h1 -- receiver h2, rate limit on h1's own egress

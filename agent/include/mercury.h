@@ -11,6 +11,7 @@
 #ifndef MERCURY_H
 #define MERCURY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -41,6 +42,35 @@ int mercury_report_timings(mercury_client *client, uint64_t iteration,
 
 /* This TCP socket carries @layer's tensor (the fd is passed, proving ownership). */
 int mercury_register_socket(mercury_client *client, uint32_t layer, int fd);
+
+/*
+ * Priority lanes. A framework that sends every layer over the same
+ * connections opens @lanes sets of them instead (1..8) and sends each layer
+ * on the lane of its rank: lane = rank * lanes / 8. This socket carries lane
+ * @lane; the agent gives it that lane's rank, ceil(lane * 8 / lanes). The
+ * fd is passed (proving ownership), and the library keeps a duplicate to
+ * pass again to a restarted agent until mercury_release_lanes() or
+ * mercury_close(): release before closing the lanes' sockets.
+ */
+int mercury_register_lane(mercury_client *client, uint32_t lane, uint32_t lanes, int fd);
+
+/* Forgets every lane socket; the agent withdraws their entries. */
+int mercury_release_lanes(mercury_client *client);
+
+/* Ask the agent for the layers' ranks, now and whenever they change. */
+int mercury_subscribe_ranks(mercury_client *client);
+
+/*
+ * The latest ranks the agent sent, one per layer (0 most urgent, 7 least):
+ * returns how many (0: none received yet) or MERCURY_E_INVAL if @n_layers
+ * is too small. @generation changes whenever a rank does; @datapath is 1
+ * when a Mercury datapath enforces them. Either may be NULL.
+ */
+int mercury_layer_ranks(mercury_client *client, uint8_t *ranks, uint32_t n_layers,
+			uint32_t *generation, int *datapath);
+
+/* The errno the agent gave when it last refused us (0: none), with its reason. */
+int mercury_last_error(mercury_client *client, char *message, size_t size);
 
 /* An iteration begins (forward pass of @iteration). */
 int mercury_begin_iteration(mercury_client *client, uint64_t iteration);

@@ -27,7 +27,7 @@ port=$((20000 + RANDOM % 20000))
 server=$!
 for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
 
-LIBMERCURY="$lib/libmercury.so" python3 "$(dirname "$0")/python_client.py" "$py" "$sock" $port 2 >"$dir/py.out" 2>&1 &
+LIBMERCURY="$lib/libmercury.so" /usr/bin/python3 "$(dirname "$0")/python_client.py" "$py" "$sock" $port 2 >"$dir/py.out" 2>&1 &
 client=$!
 for _ in $(seq 50); do grep -q "python client ok" "$dir/py.out" && break; sleep 0.1; done
 status=$("$bin/mercuryctl" --json status --socket "$sock")
@@ -37,6 +37,7 @@ check status-learned grep -q '"name":"attn","param_bytes":8192,"forward_us":500,
 check status-flow-registered grep -q '"name":"attn".*"flows":\["cookie:[0-9]*"\]' <<<"$status"
 check status-no-kernel grep -q '"connected":false' <<<"$status"
 check status-text grep -q 'job py-job worker 2' <<<"$text"
+check python-ranks grep -q "python client ok ranks=" "$dir/py.out"
 
 check garbage-dropped "$bin/mercury-trainer" garbage --socket "$sock"
 check garbage-harmless kill -0 $agent
@@ -46,7 +47,7 @@ check client-gone-forgotten grep -q '"jobs":\[\]' <<<"$("$bin/mercuryctl" --json
 
 echo "log_level = debug" >"$dir/mercuryd.conf"
 kill -HUP $agent
-sleep 0.3
+for _ in $(seq 100); do grep -q 'config reloaded' "$dir/agent.log" && break; sleep 0.05; done
 check sighup-reload grep -q 'config reloaded' "$dir/agent.log"
 kill -TERM $agent
 wait $agent

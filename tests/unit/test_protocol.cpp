@@ -43,8 +43,25 @@ TEST_CASE("every message type survives encode/decode", "[protocol]")
                    *FlowKey::by_tuple(*Endpoint::parse("[fd00::1]:1"), *Endpoint::parse("[fd00::2]:2"))};
     for (const Message& m : std::vector<Message>{
              Hello{"resnet50", 3, 1234}, HelloAck{7}, model, t, by_cookie, by_tuple, by_fd, by_v6, Iteration{9},
-             StatusRequest{StatusFormat::kText}, StatusReply{"{\"jobs\":[]}"}, Error{22, "bad"}})
+             StatusRequest{StatusFormat::kText}, StatusReply{"{\"jobs\":[]}"}, Error{22, "bad"}, RegisterLane{2, 4},
+             SubscribeRanks{}, Ranks{3, true, {0, 0, 1, 7}}, Ranks{0, false, {}}})
         CHECK(round_trip(m) == m);
+}
+
+TEST_CASE("lanes cover every rank, each lane starting at its first", "[protocol]")
+{
+    for (uint8_t lanes = 1; lanes <= kMaxLanes; ++lanes) {
+        CHECK(lane_rank(0, lanes) == 0);
+        for (uint8_t rank = 0; rank < kRankCount; ++rank) {
+            const uint8_t lane = rank_lane(rank, lanes);
+            REQUIRE(lane < lanes);
+            CHECK(lane_rank(lane, lanes) <= rank);
+            if (lane + 1 < lanes)
+                CHECK(rank < lane_rank(static_cast<uint8_t>(lane + 1), lanes));
+        }
+    }
+    CHECK(lane_rank(1, 4) == 2);
+    CHECK(rank_lane(7, 4) == 3);
 }
 
 TEST_CASE("a frame split anywhere needs more bytes, then decodes", "[protocol]")
@@ -108,6 +125,21 @@ TEST_CASE("malformed frames are named, never accepted", "[protocol]")
     {
         CHECK(decode(frame_with(6, kVersion, static_cast<uint8_t>(Type::Register), {0, 0, 0, 0, 3, 7})).status ==
               DecodeStatus::kMalformed);
+    }
+    SECTION("lane not below the lane count")
+    {
+        CHECK(decode(frame_with(2, kVersion, static_cast<uint8_t>(Type::RegisterLane), {4, 4})).status ==
+              DecodeStatus::kMalformed);
+    }
+    SECTION("more lanes than ranks")
+    {
+        CHECK(decode(frame_with(2, kVersion, static_cast<uint8_t>(Type::RegisterLane), {0, 9})).status ==
+              DecodeStatus::kMalformed);
+    }
+    SECTION("a rank beyond the datapath's")
+    {
+        CHECK(decode(frame_with(10, kVersion, static_cast<uint8_t>(Type::Ranks), {0, 0, 0, 0, 1, 1, 0, 0, 0, 8}))
+                  .status == DecodeStatus::kMalformed);
     }
     SECTION("unknown status format")
     {

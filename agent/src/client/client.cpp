@@ -5,6 +5,8 @@
 // thread connects, reconnects, flushes what the socket could not take and
 // replays the job's state (hello, model, registrations, last timings) to a
 // restarted agent.
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -15,11 +17,13 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <new>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "mercury.h"
@@ -32,6 +36,51 @@ using namespace mercury;
 constexpr auto kRetryPeriod = std::chrono::milliseconds(200);
 constexpr size_t kMaxPending = 4 << 20;  // give up on a stuck agent beyond this
 constexpr const char* kDefaultSocket = "/run/mercury/mercuryd.sock";
+
+// A descriptor this library owns (a dup of a caller's socket).
+class OwnedFd {
+public:
+    OwnedFd() = default;
+    explicit OwnedFd(int fd) : fd_(fd) {}
+    OwnedFd(OwnedFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    OwnedFd& operator=(OwnedFd&& o) noexcept
+    {
+        if (this != &o) {
+            reset();
+            fd_ = std::exchange(o.fd_, -1);
+        }
+        return *this;
+    }
+    ~OwnedFd() { reset(); }
+    void reset()
+    {
+        if (fd_ >= 0)
+            ::close(fd_);
+        fd_ = -1;
+    }
+    int get() const { return fd_; }
+    explicit operator bool() const { return fd_ >= 0; }
+
+private:
+    int fd_ = -1;
+};
+
+OwnedFd dup_fd(int fd)
+{
+    return OwnedFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+}
+
+// One frame waiting to be written; a passed socket rides on its first byte.
+struct OutFrame {
+    std::vector<uint8_t> bytes;
+    OwnedFd pass;
+    size_t sent = 0;
+};
+
+struct LaneSocket {
+    uint32_t lane, lanes;
+    OwnedFd fd;  // kept to prove ownership again to a restarted agent
+};
 
 }  // namespace
 
@@ -46,10 +95,16 @@ struct mercury_client {
     std::optional<proto::Model> model;
     std::optional<proto::Timings> last_timings;
     std::vector<proto::Register> registrations;  // by cookie, for replay
+    std::vector<LaneSocket> lanes;
+    bool subscribed = false;
 
     int fd = -1;
     std::atomic<bool> connected{false};
-    std::vector<uint8_t> pending;  // bytes the socket did not take yet
+    std::deque<OutFrame> out;  // frames the socket did not take yet
+    size_t out_bytes = 0;
+    std::vector<uint8_t> in;  // bytes from the agent not yet decoded
+    std::optional<proto::Ranks> ranks;
+    std::optional<proto::Error> last_error;
 
     // All below: caller holds mu.
     void disconnect()
@@ -58,48 +113,68 @@ struct mercury_client {
             ::close(fd);
         fd = -1;
         connected = false;
-        pending.clear();
+        out.clear();
+        out_bytes = 0;
+        in.clear();
     }
 
-    // Sends @frame (with @pass_fd as SCM_RIGHTS if >= 0) or queues it.
-    int send_frame(const std::vector<uint8_t>& frame, int pass_fd = -1)
+    // Writes queued frames until the socket would block.
+    void flush()
+    {
+        while (fd >= 0 && !out.empty()) {
+            OutFrame& f = out.front();
+            iovec iov{f.bytes.data() + f.sent, f.bytes.size() - f.sent};
+            msghdr msg{};
+            msg.msg_iov = &iov;
+            msg.msg_iovlen = 1;
+            alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+            if (f.pass && f.sent == 0) {
+                msg.msg_control = control;
+                msg.msg_controllen = sizeof(control);
+                cmsghdr* c = CMSG_FIRSTHDR(&msg);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int));
+                const int pass = f.pass.get();
+                std::memcpy(CMSG_DATA(c), &pass, sizeof(int));
+            }
+            const ssize_t n = ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (n < 0) {
+                if (errno != EAGAIN && errno != EINTR)
+                    disconnect();
+                return;
+            }
+            f.sent += static_cast<size_t>(n);
+            if (f.sent > 0)
+                f.pass.reset();  // the kernel holds its own reference now
+            if (f.sent == f.bytes.size()) {
+                out_bytes -= f.bytes.size();
+                out.pop_front();
+            }
+        }
+    }
+
+    // Queues @frame (with a dup of @pass_fd as SCM_RIGHTS if >= 0) and writes what it can.
+    int send_frame(std::vector<uint8_t> frame, int pass_fd = -1)
     {
         if (fd < 0)
             return MERCURY_E_NOAGENT;
-        if (!pending.empty()) {
-            if (pending.size() + frame.size() > kMaxPending) {
-                disconnect();
-                return MERCURY_E_NOAGENT;
-            }
-            pending.insert(pending.end(), frame.begin(), frame.end());
-            return MERCURY_OK;
-        }
-        iovec iov{const_cast<uint8_t*>(frame.data()), frame.size()};
-        msghdr msg{};
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-        if (pass_fd >= 0) {
-            msg.msg_control = control;
-            msg.msg_controllen = sizeof(control);
-            cmsghdr* c = CMSG_FIRSTHDR(&msg);
-            c->cmsg_level = SOL_SOCKET;
-            c->cmsg_type = SCM_RIGHTS;
-            c->cmsg_len = CMSG_LEN(sizeof(int));
-            std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-        }
-        const ssize_t n = ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        if (out_bytes + frame.size() > kMaxPending) {
             disconnect();
             return MERCURY_E_NOAGENT;
         }
-        const size_t sent = n > 0 ? static_cast<size_t>(n) : 0;
-        if (sent == 0 && pass_fd >= 0)
-            return MERCURY_E_NOAGENT;  // caller falls back to the cookie
-        pending.insert(pending.end(), frame.begin() + static_cast<std::ptrdiff_t>(sent), frame.end());
-        if (!pending.empty())
+        OutFrame f{std::move(frame), {}, 0};
+        if (pass_fd >= 0) {
+            f.pass = dup_fd(pass_fd);
+            if (!f.pass)
+                return MERCURY_E_NOMEM;
+        }
+        out_bytes += f.bytes.size();
+        out.push_back(std::move(f));
+        flush();
+        if (fd >= 0 && !out.empty())
             wake.notify_one();
-        return MERCURY_OK;
+        return fd >= 0 ? MERCURY_OK : MERCURY_E_NOAGENT;
     }
 
     int send(const proto::Message& m) { return send_frame(proto::encode(m)); }
@@ -124,26 +199,47 @@ struct mercury_client {
             send(*model);
         for (const auto& r : registrations)
             send(r);
+        for (const auto& l : lanes)
+            send_frame(proto::encode(proto::RegisterLane{static_cast<uint8_t>(l.lane), static_cast<uint8_t>(l.lanes)}),
+                       l.fd.get());
+        if (subscribed)
+            send(proto::SubscribeRanks{});
         if (last_timings)
             send(*last_timings);
     }
 
-    void flush_pending()
-    {
-        const ssize_t n = ::send(fd, pending.data(), pending.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n < 0 && errno != EAGAIN && errno != EINTR)
-            disconnect();
-        else if (n > 0)
-            pending.erase(pending.begin(), pending.begin() + n);
-    }
-
-    // Notices an agent that went away (EOF) or told us why it dropped us.
+    // Reads what the agent sent: Ranks are kept, an Error is kept for the
+    // caller (the agent closes after it), EOF disconnects.
     void poll_agent()
     {
-        uint8_t buf[4096];
-        const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-            disconnect();
+        uint8_t buf[16384];
+        for (;;) {
+            const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+                disconnect();
+                return;
+            }
+            if (n < 0)
+                break;
+            in.insert(in.end(), buf, buf + n);
+        }
+        size_t offset = 0;
+        for (;;) {
+            const auto d = proto::decode(std::span(in).subspan(offset));
+            if (d.status == proto::DecodeStatus::kNeedMore)
+                break;
+            if (d.status != proto::DecodeStatus::kOk) {
+                last_error = proto::Error{EPROTO, std::string("agent sent ") + proto::describe(d.status)};
+                disconnect();
+                return;
+            }
+            offset += d.consumed;
+            if (const auto* r = std::get_if<proto::Ranks>(&d.message))
+                ranks = *r;
+            else if (const auto* e = std::get_if<proto::Error>(&d.message))
+                last_error = *e;
+        }
+        in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(offset));
     }
 
     void run()
@@ -154,8 +250,8 @@ struct mercury_client {
                 try_connect();
             if (fd >= 0)
                 poll_agent();
-            if (fd >= 0 && !pending.empty())
-                flush_pending();
+            if (fd >= 0)
+                flush();
             wake.wait_for(lock, kRetryPeriod);
         }
         disconnect();
@@ -237,11 +333,84 @@ int mercury_register_socket(mercury_client* c, uint32_t layer, int fd)
         return MERCURY_E_NOMODEL;
     if (layer >= c->model->layers.size())
         return MERCURY_E_INVAL;
-    proto::Register by_cookie{layer, proto::ConnKind::kCookie, FlowKey::by_cookie(cookie)};
-    c->registrations.push_back(by_cookie);
+    c->registrations.push_back(proto::Register{layer, proto::ConnKind::kCookie, FlowKey::by_cookie(cookie)});
     // Passing the socket proves we own it; replays use the cookie.
-    const int rc = c->send_frame(proto::encode(proto::Register{layer, proto::ConnKind::kPassedFd, {}}), fd);
-    return rc == MERCURY_OK || c->fd < 0 ? rc : c->send(by_cookie);
+    return c->send_frame(proto::encode(proto::Register{layer, proto::ConnKind::kPassedFd, {}}), fd);
+}
+
+int mercury_register_lane(mercury_client* c, uint32_t lane, uint32_t lanes, int fd)
+{
+    if (!c || fd < 0 || lanes == 0 || lanes > proto::kMaxLanes || lane >= lanes)
+        return MERCURY_E_INVAL;
+    int protocol = 0;
+    socklen_t len = sizeof(protocol);
+    if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 || protocol != IPPROTO_TCP)
+        return MERCURY_E_INVAL;
+    OwnedFd kept = dup_fd(fd);
+    if (!kept)
+        return MERCURY_E_NOMEM;
+    std::lock_guard lock(c->mu);
+    c->lanes.push_back(LaneSocket{lane, lanes, std::move(kept)});
+    return c->send_frame(proto::encode(proto::RegisterLane{static_cast<uint8_t>(lane), static_cast<uint8_t>(lanes)}),
+                         c->lanes.back().fd.get());
+}
+
+int mercury_release_lanes(mercury_client* c)
+{
+    if (!c)
+        return MERCURY_E_INVAL;
+    std::lock_guard lock(c->mu);
+    c->lanes.clear();
+    // The agent withdraws a session's entries when it closes: reconnect
+    // with everything else, without the lanes.
+    c->disconnect();
+    c->try_connect();
+    return c->fd >= 0 ? MERCURY_OK : MERCURY_E_NOAGENT;
+}
+
+int mercury_subscribe_ranks(mercury_client* c)
+{
+    if (!c)
+        return MERCURY_E_INVAL;
+    std::lock_guard lock(c->mu);
+    c->subscribed = true;
+    return c->send(proto::SubscribeRanks{});
+}
+
+int mercury_layer_ranks(mercury_client* c, uint8_t* ranks, uint32_t n_layers, uint32_t* generation, int* datapath)
+{
+    if (!c || (!ranks && n_layers))
+        return MERCURY_E_INVAL;
+    std::lock_guard lock(c->mu);
+    if (c->fd >= 0)
+        c->poll_agent();  // fresh, not up to one retry period old
+    if (!c->ranks)
+        return 0;
+    const auto& r = *c->ranks;
+    if (n_layers < r.ranks.size())
+        return MERCURY_E_INVAL;
+    std::copy(r.ranks.begin(), r.ranks.end(), ranks);
+    if (generation)
+        *generation = r.generation;
+    if (datapath)
+        *datapath = r.datapath ? 1 : 0;
+    return static_cast<int>(r.ranks.size());
+}
+
+int mercury_last_error(mercury_client* c, char* message, size_t size)
+{
+    if (!c)
+        return MERCURY_E_INVAL;
+    std::lock_guard lock(c->mu);
+    if (c->fd >= 0)
+        c->poll_agent();
+    if (!c->last_error)
+        return 0;
+    if (message && size) {
+        std::strncpy(message, c->last_error->message.c_str(), size - 1);
+        message[size - 1] = '\0';
+    }
+    return static_cast<int>(c->last_error->code);
 }
 
 int mercury_begin_iteration(mercury_client* c, uint64_t iteration)

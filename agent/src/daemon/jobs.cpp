@@ -62,7 +62,7 @@ int JobRegistry::set_model(uint32_t session, const proto::Model& model)
     job->flows.clear();
     job->model = model;
     job->timings = LayerTimings(model.layers.size());
-    publish(*job);
+    publish(session, *job);
     return 0;
 }
 
@@ -74,8 +74,18 @@ int JobRegistry::add_timings(uint32_t session, const proto::Timings& timings)
     if (!job->timings.add(timings.forward_us, timings.backward_us))
         return EINVAL;
     ++job->timing_reports;
-    publish(*job);
+    publish(session, *job);
     return 0;
+}
+
+void JobRegistry::forget_flow(const FlowKey& key)
+{
+    // A connection belongs to one job and one layer or lane: the latest claim wins.
+    for (auto& [other_session, other] : jobs_) {
+        for (auto it = other.flows.begin(); it != other.flows.end();)
+            it = it->second == key ? other.flows.erase(it) : std::next(it);
+        other.lane_flows.erase(key);
+    }
 }
 
 int JobRegistry::register_flow(uint32_t session, uint32_t layer, const FlowKey& key)
@@ -85,12 +95,32 @@ int JobRegistry::register_flow(uint32_t session, uint32_t layer, const FlowKey& 
         return EPROTO;
     if (layer >= job->model.layers.size())
         return EINVAL;
-    // A connection belongs to one job and one layer: the latest claim wins.
-    for (auto& [other_session, other] : jobs_)
-        for (auto it = other.flows.begin(); it != other.flows.end();)
-            it = it->second == key ? other.flows.erase(it) : std::next(it);
+    forget_flow(key);
     job->flows.emplace(layer, key);
-    publish(*job);
+    publish(session, *job);
+    return 0;
+}
+
+int JobRegistry::register_lane(uint32_t session, uint8_t lane, uint8_t lanes, const FlowKey& key)
+{
+    Job* job = find(session);
+    if (!job)
+        return EPROTO;
+    if (lanes == 0 || lanes > proto::kMaxLanes || lane >= lanes)
+        return EINVAL;
+    forget_flow(key);
+    job->lane_flows[key] = proto::lane_rank(lane, lanes);
+    publish(session, *job);
+    return 0;
+}
+
+int JobRegistry::subscribe_ranks(uint32_t session)
+{
+    Job* job = find(session);
+    if (!job)
+        return EPROTO;
+    job->subscribed = true;
+    notify_ranks(session, *job);
     return 0;
 }
 
@@ -110,18 +140,38 @@ void JobRegistry::close(uint32_t session)
         return;
     for (const auto& [layer, key] : job->flows)
         kernel_.remove(key);
+    for (const auto& [key, rank] : job->lane_flows)
+        kernel_.remove(key);
     jobs_.erase(session);
     kernel_.flush();
 }
 
-void JobRegistry::publish(Job& job)
+void JobRegistry::publish(uint32_t session, Job& job)
 {
     job.priorities = compute_priorities(job.timings, job.model.layers.size());
     for (const auto& [layer, key] : job.flows) {
         const auto& p = job.priorities[layer];
         kernel_.set(key, EntryValue{p.rank, p.weight});
     }
+    for (const auto& [key, rank] : job.lane_flows)
+        kernel_.set(key, EntryValue{rank, EntryValue{}.weight});
     kernel_.flush();
+    notify_ranks(session, job);
+}
+
+void JobRegistry::notify_ranks(uint32_t session, Job& job)
+{
+    if (!job.subscribed || !notify_ || job.model.layers.empty())
+        return;
+    proto::Ranks ranks;
+    ranks.datapath = kernel_.stats().connected;
+    for (const auto& p : job.priorities)
+        ranks.ranks.push_back(p.rank);
+    if (job.sent && job.sent->ranks == ranks.ranks && job.sent->datapath == ranks.datapath)
+        return;
+    ranks.generation = job.sent ? job.sent->generation + 1 : 1;
+    job.sent = ranks;
+    notify_(session, ranks);
 }
 
 std::string JobRegistry::status_json() const
@@ -138,7 +188,14 @@ std::string JobRegistry::status_json() const
         out += "{\"session\":" + std::to_string(session) + ",\"job\":" + json_string(job.name) +
                ",\"worker\":" + std::to_string(job.worker_rank) + ",\"pid\":" + std::to_string(job.pid) +
                ",\"iteration\":" + std::to_string(job.iteration) +
-               ",\"timing_reports\":" + std::to_string(job.timing_reports) + ",\"layers\":[";
+               ",\"timing_reports\":" + std::to_string(job.timing_reports) + ",\"lanes\":[";
+        bool first_lane = true;
+        for (const auto& [key, rank] : job.lane_flows) {
+            out += first_lane ? "" : ",";
+            first_lane = false;
+            out += "{\"flow\":" + json_string(key.to_string()) + ",\"rank\":" + std::to_string(rank) + "}";
+        }
+        out += "],\"layers\":[";
         for (size_t i = 0; i < job.model.layers.size(); ++i) {
             const auto& p = job.priorities[i];
             out += i ? "," : "";
@@ -173,7 +230,8 @@ std::string JobRegistry::status_text() const
     for (const auto& [session, job] : jobs_) {
         out += "\njob " + job.name + " worker " + std::to_string(job.worker_rank) + " pid " +
                std::to_string(job.pid) + ": iteration " + std::to_string(job.iteration) + ", " +
-               std::to_string(job.timing_reports) + " timing reports\n";
+               std::to_string(job.timing_reports) + " timing reports, " + std::to_string(job.lane_flows.size()) +
+               " lane connections\n";
         char line[256];
         std::snprintf(line, sizeof(line), "  %-4s %-24s %12s %9s %9s %10s %4s %6s %s\n", "#", "layer", "param_bytes",
                       "fwd_us", "bwd_us", "deadline", "rank", "weight", "flows");

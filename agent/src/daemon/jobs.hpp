@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,19 +26,31 @@ struct Job {
     LayerTimings timings;
     std::vector<LayerPriority> priorities;
     std::multimap<uint32_t, FlowKey> flows;  // layer -> connections carrying it
+    std::map<FlowKey, uint8_t, FlowKeyLess> lane_flows;  // lane connection -> its rank
     uint64_t iteration = 0;
     uint64_t timing_reports = 0;
+    bool subscribed = false;           // wants Ranks on every change
+    std::optional<proto::Ranks> sent;  // last Ranks sent to it
 };
 
 class JobRegistry {
 public:
+    // Delivers a Ranks message to the session that subscribed to it.
+    using RanksNotifier = std::function<void(uint32_t session, const proto::Ranks&)>;
+
     explicit JobRegistry(KernelSync& kernel) : kernel_(kernel) {}
+    void set_notifier(RanksNotifier notify) { notify_ = std::move(notify); }
 
     // Each returns an errno-style error (0 = fine) the session reports.
     int open(uint32_t session, const proto::Hello& hello, uint32_t uid);
     int set_model(uint32_t session, const proto::Model& model);
     int add_timings(uint32_t session, const proto::Timings& timings);
     int register_flow(uint32_t session, uint32_t layer, const FlowKey& key);
+    // @key was proven to be the caller's (a passed socket): it carries lane
+    // @lane of @lanes, at that lane's rank (proto::lane_rank).
+    int register_lane(uint32_t session, uint8_t lane, uint8_t lanes, const FlowKey& key);
+    // Sends the job's ranks now (once it has a model) and whenever they change.
+    int subscribe_ranks(uint32_t session);
     int begin_iteration(uint32_t session, uint64_t iteration);
     // Forgets the session's job and withdraws its kernel entries.
     void close(uint32_t session);
@@ -47,9 +61,12 @@ public:
 
 private:
     Job* find(uint32_t session);
-    void publish(Job& job);  // desired kernel entries from job's priorities
+    void publish(uint32_t session, Job& job);  // kernel entries and Ranks from job's priorities
+    void notify_ranks(uint32_t session, Job& job);
+    void forget_flow(const FlowKey& key);  // in whichever job holds it
 
     KernelSync& kernel_;
+    RanksNotifier notify_;
     std::map<uint32_t, Job> jobs_;
 };
 

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/write.hpp>
 #include <cerrno>
 #include <cstring>
@@ -22,6 +23,8 @@ namespace {
 
 constexpr size_t kMaxFdsPerMessage = 16;
 constexpr size_t kMaxPendingFds = 64;
+// Replies a client has not read yet: beyond this it is dropped, not buffered.
+constexpr size_t kMaxQueuedBytes = 16 << 20;
 
 // A path left by a daemon that died is reused; one that answers is not.
 void remove_stale_socket(const std::string& path)
@@ -42,6 +45,10 @@ void remove_stale_socket(const std::string& path)
 TrainerServer::TrainerServer(asio::io_context& io, const Logger& log, JobRegistry& jobs)
     : io_(io), log_(log), jobs_(jobs), acceptor_(io)
 {
+    jobs_.set_notifier([this](uint32_t session, const proto::Ranks& ranks) {
+        if (const auto it = sessions_.find(session); it != sessions_.end())
+            it->second->send(ranks);
+    });
 }
 
 void TrainerServer::listen(const SocketOptions& options)
@@ -222,15 +229,59 @@ bool Session::fail(int error, const std::string& why)
     server_.log_.warn("dropping client", {{"session", std::to_string(id_)}, {"pid", std::to_string(peer_pid_)},
                                           {"reason", why}});
     send(proto::Error{static_cast<uint32_t>(error), why});
-    close();
+    closing_ = true;  // stop reading; close once the Error is written
+    if (out_.empty())
+        close();
     return false;
 }
 
 void Session::send(const proto::Message& msg)
 {
-    const auto frame = proto::encode(msg);
-    // Replies are small; a client that does not read them loses them.
-    ::send(socket_.native_handle(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (closed_)
+        return;
+    auto frame = proto::encode(msg);
+    if (out_bytes_ + frame.size() > kMaxQueuedBytes) {
+        server_.log_.warn("dropping client", {{"session", std::to_string(id_)}, {"reason", "does not read replies"}});
+        close();
+        return;
+    }
+    out_bytes_ += frame.size();
+    out_.push_back(std::move(frame));
+    if (out_.size() == 1)
+        write_next();
+}
+
+void Session::write_next()
+{
+    asio::async_write(socket_, asio::buffer(out_.front()),
+                      [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                          if (ec || self->closed_) {
+                              self->close();
+                              return;
+                          }
+                          self->out_bytes_ -= self->out_.front().size();
+                          self->out_.pop_front();
+                          if (!self->out_.empty())
+                              self->write_next();
+                          else if (self->closing_)
+                              self->close();
+                      });
+}
+
+bool Session::take_passed_socket(FlowKey& key)
+{
+    if (fds_.empty())
+        return false;
+    const OwnedFd fd = std::move(fds_.front());
+    fds_.pop_front();
+    int protocol = 0;
+    uint64_t cookie = 0;
+    socklen_t len = sizeof(protocol), clen = sizeof(cookie);
+    if (getsockopt(fd.get(), SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 || protocol != IPPROTO_TCP ||
+        getsockopt(fd.get(), SOL_SOCKET, SO_COOKIE, &cookie, &clen) != 0)
+        return false;
+    key = FlowKey::by_cookie(cookie);
+    return true;
 }
 
 bool Session::handle(const proto::Message& msg)
@@ -264,20 +315,16 @@ bool Session::handle(const proto::Message& msg)
         err = jobs.add_timings(id_, *timings);
     } else if (const auto* reg = std::get_if<proto::Register>(&msg)) {
         FlowKey key = reg->flow;
-        if (reg->kind == proto::ConnKind::kPassedFd) {
-            if (fds_.empty())
-                return fail(EINVAL, "Register by socket without a passed socket");
-            const OwnedFd fd = std::move(fds_.front());
-            fds_.pop_front();
-            int protocol = 0;
-            uint64_t cookie = 0;
-            socklen_t len = sizeof(protocol), clen = sizeof(cookie);
-            if (getsockopt(fd.get(), SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 || protocol != IPPROTO_TCP ||
-                getsockopt(fd.get(), SOL_SOCKET, SO_COOKIE, &cookie, &clen) != 0)
-                return fail(EINVAL, "passed descriptor is not a TCP socket");
-            key = FlowKey::by_cookie(cookie);
-        }
+        if (reg->kind == proto::ConnKind::kPassedFd && !take_passed_socket(key))
+            return fail(EINVAL, "Register by socket needs a passed TCP socket");
         err = jobs.register_flow(id_, reg->layer, key);
+    } else if (const auto* lane = std::get_if<proto::RegisterLane>(&msg)) {
+        FlowKey key;
+        if (!take_passed_socket(key))
+            return fail(EINVAL, "RegisterLane needs a passed TCP socket");
+        err = jobs.register_lane(id_, lane->lane, lane->lanes, key);
+    } else if (std::holds_alternative<proto::SubscribeRanks>(msg)) {
+        err = jobs.subscribe_ranks(id_);
     } else if (const auto* it = std::get_if<proto::Iteration>(&msg)) {
         err = jobs.begin_iteration(id_, it->iteration);
     } else {

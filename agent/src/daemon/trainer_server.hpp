@@ -71,11 +71,18 @@ private:
         int fd_;
     };
 
+public:
+    // Queues @msg; frames go out one async_write at a time, in order.
+    void send(const proto::Message& msg);
+
+private:
     void wait_readable();
     void on_readable();
     bool handle(const proto::Message& msg);
     bool fail(int error, const std::string& why);
-    void send(const proto::Message& msg);
+    void write_next();
+    // The TCP socket passed with this frame, as a flow key (its cookie).
+    bool take_passed_socket(FlowKey& key);
 
     TrainerServer& server_;
     boost::asio::local::stream_protocol::socket socket_;
@@ -84,6 +91,9 @@ private:
     uid_t peer_uid_ = 0;
     bool hello_ = false;
     bool closed_ = false;
+    bool closing_ = false;                    // close once the queue is written
+    std::deque<std::vector<uint8_t>> out_;    // frames not yet written
+    size_t out_bytes_ = 0;
     std::vector<uint8_t> buffer_;
     std::deque<OwnedFd> fds_;  // passed sockets not yet claimed by a Register
 };

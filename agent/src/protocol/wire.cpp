@@ -171,6 +171,19 @@ struct BodyWriter {
         w.put(m.code);
         w.str(m.message);
     }
+    void operator()(const RegisterLane& m)
+    {
+        w.put(m.lane);
+        w.put(m.lanes);
+    }
+    void operator()(const SubscribeRanks&) {}
+    void operator()(const Ranks& m)
+    {
+        w.put(m.generation);
+        w.put<uint8_t>(m.datapath ? 1 : 0);
+        w.put<uint32_t>(static_cast<uint32_t>(m.ranks.size()));
+        w.bytes(m.ranks.data(), m.ranks.size());
+    }
 };
 
 Message decode_body(Type type, Reader& r)
@@ -245,6 +258,31 @@ Message decode_body(Type type, Reader& r)
         m.message = r.str();
         return m;
     }
+    case Type::RegisterLane: {
+        RegisterLane m;
+        m.lane = r.get<uint8_t>();
+        m.lanes = r.get<uint8_t>();
+        if (m.lanes == 0 || m.lanes > kMaxLanes || m.lane >= m.lanes)
+            r.fail();
+        return m;
+    }
+    case Type::SubscribeRanks:
+        return SubscribeRanks{};
+    case Type::Ranks: {
+        Ranks m;
+        m.generation = r.get<uint32_t>();
+        const auto datapath = r.get<uint8_t>();
+        if (datapath > 1)
+            r.fail();
+        m.datapath = datapath == 1;
+        const auto n = r.count(1, kMaxLayers);
+        m.ranks.resize(n);
+        r.bytes(m.ranks.data(), n);
+        for (const uint8_t rank : m.ranks)
+            if (rank >= kRankCount)
+                r.fail();
+        return m;
+    }
     }
     r.fail();
     return Error{};
@@ -281,7 +319,7 @@ Decoded decode(std::span<const uint8_t> input)
         d.status = DecodeStatus::kBadVersion;
         return d;
     }
-    if (type < static_cast<uint8_t>(Type::Hello) || type > static_cast<uint8_t>(Type::Error)) {
+    if (type < static_cast<uint8_t>(Type::Hello) || type > static_cast<uint8_t>(Type::Ranks)) {
         d.status = DecodeStatus::kUnknownType;
         return d;
     }

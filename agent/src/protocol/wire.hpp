@@ -32,7 +32,25 @@ enum class Type : uint8_t {
     StatusRequest = 7,  // mercuryctl: what do you know?
     StatusReply = 8,    // daemon: JSON document
     Error = 9,          // daemon: why the connection is being closed
+    RegisterLane = 10,  // trainer: this passed socket carries priority lane L of N
+    SubscribeRanks = 11,  // trainer: send me the layers' ranks, now and on change
+    Ranks = 12,         // daemon: the job's per-layer ranks
 };
+
+// Lanes: a trainer that cannot tell layers apart on one connection opens N
+// sets of connections ("lanes") and sends each layer's tensors on the lane
+// of its rank. Lane L of N carries ranks [ceil(L*8/N), ceil((L+1)*8/N)) and
+// its connections get the first of them, so any N from 1 to 8 covers all 8.
+constexpr uint8_t kMaxLanes = 8;
+constexpr uint8_t kRankCount = 8;
+constexpr uint8_t lane_rank(uint8_t lane, uint8_t lanes)
+{
+    return static_cast<uint8_t>((lane * kRankCount + lanes - 1) / lanes);
+}
+constexpr uint8_t rank_lane(uint8_t rank, uint8_t lanes)
+{
+    return static_cast<uint8_t>(rank * lanes / kRankCount);
+}
 
 struct Hello {
     std::string job;
@@ -98,7 +116,27 @@ struct Error {
     bool operator==(const Error&) const = default;
 };
 
-using Message = std::variant<Hello, HelloAck, Model, Timings, Register, Iteration, StatusRequest, StatusReply, Error>;
+// The socket rides along as SCM_RIGHTS on the same sendmsg(): only a
+// socket the sender owns can be given a lane's rank.
+struct RegisterLane {
+    uint8_t lane = 0;
+    uint8_t lanes = 1;  // 1 .. kMaxLanes, lane < lanes
+    bool operator==(const RegisterLane&) const = default;
+};
+
+struct SubscribeRanks {
+    bool operator==(const SubscribeRanks&) const = default;
+};
+
+struct Ranks {
+    uint32_t generation = 0;      // bumped whenever a rank changes
+    bool datapath = false;        // a Mercury datapath enforces them now
+    std::vector<uint8_t> ranks;   // per layer, forward order; 0 most urgent
+    bool operator==(const Ranks&) const = default;
+};
+
+using Message = std::variant<Hello, HelloAck, Model, Timings, Register, Iteration, StatusRequest, StatusReply, Error,
+                             RegisterLane, SubscribeRanks, Ranks>;
 
 std::vector<uint8_t> encode(const Message& msg);
 

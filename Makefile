@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod user test unit bpftest vmtest fuzz bench bench-cc bench-agent demo install clean guest
+.PHONY: all deps kmod user test unit bpftest torchtest vmtest fuzz bench bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -37,6 +37,10 @@ unit: user
 # The BPF datapath on this host's kernel, in network namespaces (root).
 bpftest: user
 	tests/native/bpf_tests.sh $(USER)/guest-bin
+
+# mercury.torch on real PyTorch (Gloo), natively with the BPF datapath (root).
+torchtest: deps user
+	tests/torch/run.sh $(USER)/guest-bin
 
 # The module on a real kernel under qemu.
 vmtest: $(INITRD)

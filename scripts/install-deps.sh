@@ -4,8 +4,8 @@
 # Installs everything Mercury needs to build and test on Debian 12, idempotently:
 # build tools, user-space libraries, clang-14 for the BPF datapath and the fuzzer
 # (the version Debian 12 ships and that builds both), qemu, and the Debian 6.1
-# cloud kernel headers
-# the module is built against. The matching kernel *image* for the test VM is fetched
+# cloud kernel headers the module is built against, and Debian's PyTorch for
+# mercury.torch. The matching kernel *image* for the test VM is fetched
 # by scripts/fetch-guest-kernel.sh (not installed: that would pull in initramfs-tools).
 set -euo pipefail
 
@@ -16,6 +16,7 @@ PKGS=(
 	clang-14 libclang-rt-14-dev llvm-14 gnuplot-nox
 	qemu-system-x86 busybox-static cpio kmod iproute2
 	linux-headers-cloud-amd64
+	python3-torch python3-torchvision
 )
 
 missing=()

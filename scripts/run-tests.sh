@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # `make test`: build everything, run the unit tests (ctest), the BPF datapath
-# natively in network namespaces, the VM tests (tcp_mercury in Debian's 6.1
+# natively in network namespaces, mercury.torch on real PyTorch, the VM tests (tcp_mercury in Debian's 6.1
 # kernel under qemu), and close with one
 # "total: N passed, M failed" line. Exit non-zero on any failure.
 set -uo pipefail
@@ -51,6 +51,18 @@ if ! grep -q '^bpf: ' "$bpf_log"; then
 fi
 passed=$((passed + bpf_passed))
 failed=$((failed + bpf_failed))
+
+step "PyTorch: mercury.torch against DDP, lanes in the BPF datapath"
+torch_log="$BUILD/torch-tests.log"
+tests/torch/run.sh "$BUILD/user/guest-bin" 2>&1 | tee "$torch_log" | grep -E '^(PASS|FAIL|torch:)'
+torch_passed=$(grep -c '^PASS ' "$torch_log" || true)
+torch_failed=$(grep -c '^FAIL ' "$torch_log" || true)
+if ! grep -q '^torch: ' "$torch_log"; then
+	echo "FAIL torch: the checks did not finish"
+	torch_failed=$((torch_failed + 1))
+fi
+passed=$((passed + torch_passed))
+failed=$((failed + torch_failed))
 
 step "VM tests: tcp_mercury in Debian's 6.1 cloud kernel under qemu"
 vm_log="$BUILD/vm-tests.log"

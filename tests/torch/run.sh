@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# `make torchtest`: mercury.torch on real PyTorch (Debian's python3-torch),
+# natively with the BPF datapath. Registers the datapath (a loader mercuryd,
+# unless a CC named mercury is already there), starts the worker's mercuryd
+# in a network namespace of its own and runs tests/torch/checks.py there:
+# Gloo over that namespace's loopback. Prints PASS/FAIL lines and
+# "torch: N passed, M failed"; exits non-zero on any failure.
+#
+# usage: run.sh BIN_DIR      (as root)
+set -u
+top=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$(cd "$1" && pwd)
+export PATH=$bin:$PATH
+. "$top/scripts/bpf-loader.sh"
+
+ns=mercury-torch
+sock=/run/mercury-torch-agent.sock
+log=${TORCH_LOG_DIR:-/tmp}/mercury-torch-agent.log
+agent=""
+cleanup() {
+	[ -n "$agent" ] && kill "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
+	ip netns del $ns 2>/dev/null
+	bpf_loader_stop
+	rm -f "$sock"
+}
+trap cleanup EXIT
+
+if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+	echo "FAIL torch/setup: Debian's python3-torch is not installed (make deps installs it)"
+	echo "torch: 0 passed, 1 failed"
+	exit 1
+fi
+if ! bpf_loader_start torch-loader "$log"; then
+	echo "FAIL torch/setup: the BPF datapath did not register (see $log)"
+	echo "torch: 0 passed, 1 failed"
+	exit 1
+fi
+ip netns del $ns 2>/dev/null
+ip netns add $ns
+ip -n $ns link set lo up
+ip netns exec $ns mercuryd --datapath=bpf --socket $sock --check-ms 100 2>>"$log" &
+agent=$!
+for _ in $(seq 100); do [ -S $sock ] && break; sleep 0.05; done
+
+MERCURY_SOCKET=$sock MERCURY_JOB=torchtest GLOO_SOCKET_IFNAME=lo LIBMERCURY="$bin/../agent/libmercury.so" \
+	ip netns exec $ns /usr/bin/python3 "$top/tests/torch/checks.py" --mercuryctl "$bin/mercuryctl"
+rc=$?
+kill -0 "$agent" 2>/dev/null || { echo "FAIL torch/agent-alive: mercuryd died (see $log)"; rc=1; }
+exit $rc

@@ -35,21 +35,21 @@ static int mercury_check_addr(const struct nlattr *attr,
 	return 0;
 }
 
-static const struct netlink_range_validation mercury_ttl_range = {
+static struct netlink_range_validation mercury_ttl_range = {
 	.min = MERCURY_TTL_MS_MIN,
 	.max = MERCURY_TTL_MS_MAX,
 };
 
-static const struct netlink_range_validation mercury_thresh_range = {
+static struct netlink_range_validation mercury_thresh_range = {
 	.max = MERCURY_DELAY_THRESH_US_MAX,
 };
 
-static const struct netlink_range_validation mercury_entries_range = {
+static struct netlink_range_validation mercury_entries_range = {
 	.min = MERCURY_MAX_ENTRIES_MIN,
 	.max = MERCURY_MAX_ENTRIES_MAX,
 };
 
-static const struct netlink_range_validation mercury_hold_range = {
+static struct netlink_range_validation mercury_hold_range = {
 	.min = MERCURY_MAX_HOLD_MS_MIN,
 	.max = MERCURY_MAX_HOLD_MS_MAX,
 };

@@ -32,6 +32,24 @@
 #ifndef __bpf__
 #include <linux/types.h>
 #endif
+
+/* @a mod @b; a 64-bit division is a helper call on 32-bit kernels. */
+#ifdef __KERNEL__
+#include <linux/math64.h>
+static inline __u32 mercury_mod64(__u64 a, __u32 b)
+{
+	__u32 rem;
+
+	div_u64_rem(a, b, &rem);
+	return rem;
+}
+#else
+static inline __u32 mercury_mod64(__u64 a, __u32 b)
+{
+	return (__u32)(a % b);
+}
+#endif
+
 #include "uapi.h"
 
 /* The window a flow is sent with, in packets, plus the AI accumulator. */
@@ -179,15 +197,12 @@ static inline int mercury_in_grace(__u64 held_since_us, __u64 now_us,
 {
 	__u32 hold_us = max_hold_ms * 1000;	/* <= 60 s: fits */
 	__u32 period_us = hold_us + hold_us / 8;
-	__u64 d;
-	__u32 elapsed;
 
 	if (!max_hold_ms || now_us <= held_since_us)
 		return 0;
-	/* 32-bit modulo keeps this BPF- and 32-bit-kernel-friendly. */
-	d = now_us - held_since_us;
-	elapsed = d > 0xffffffffULL ? 0xffffffffU : (__u32)d;
-	return elapsed % period_us >= hold_us;
+	/* Where in its period the hold is, on the full 64-bit elapsed time:
+	 * capping it to 32 bits froze the guard after 71.6 minutes. */
+	return mercury_mod64(now_us - held_since_us, period_us) >= hold_us;
 }
 
 /* Delay over the base RTT a flow of @rank tolerates; 0: never yields. */

@@ -133,6 +133,23 @@ TEST_CASE("starvation guard: grace of max_hold/8 after every max_hold", "[core]"
     CHECK_FALSE(mercury_in_grace(since, since + 5'000'000, 0));   // disabled
 }
 
+TEST_CASE("starvation guard keeps granting after hours of continuous holding", "[core]")
+{
+    // Past 2^32 us (71.6 min) of holding the guard must still cycle: every
+    // period of max_hold + max_hold/8 has a grace at its end.
+    const __u64 since = 10'000'000;
+    for (const __u32 max_hold_ms : {10u, 1000u, 60000u}) {
+        const __u64 period = max_hold_ms * 1125ull;
+        for (const __u64 periods : {3'817ull * 1'000'000 / period, 1ull << 32, 10ull << 32}) {
+            const __u64 start = since + periods * period;
+            CHECK_FALSE(mercury_in_grace(since, start, max_hold_ms));
+            CHECK_FALSE(mercury_in_grace(since, start + max_hold_ms * 1000ull - 1, max_hold_ms));
+            CHECK(mercury_in_grace(since, start + max_hold_ms * 1000ull, max_hold_ms));
+            CHECK(mercury_in_grace(since, start + period - 1, max_hold_ms));
+        }
+    }
+}
+
 TEST_CASE("delay thresholds: rank 0 never yields, less urgent ranks yield sooner", "[core]")
 {
     CHECK(mercury_delay_threshold_us(0, 1000) == 0);

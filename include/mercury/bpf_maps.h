@@ -31,6 +31,8 @@
  * started by `ip netns exec` mounts its bpffs privately) reach the pins
  * through /proc/PID/root. */
 #define MERCURY_BPF_OWNER_FILE	"/run/mercury/bpf.owner"
+/* flock()ed around every read-modify-write of a netns's config entry. */
+#define MERCURY_BPF_LOCK_FILE	"/run/mercury/bpf.lock"
 #define MERCURY_BPF_MAP_TAGS	"mercury_tags"
 #define MERCURY_BPF_MAP_FLOWS	"mercury_flows"
 #define MERCURY_BPF_MAP_CONFIG	"mercury_config"

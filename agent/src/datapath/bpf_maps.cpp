@@ -2,7 +2,9 @@
 #include "datapath/bpf_maps.hpp"
 
 #include <bpf/bpf.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,21 +20,52 @@ namespace mercury {
 
 namespace {
 
-// Where the loading mercuryd pinned @map, as seen from this mount namespace.
-std::string pin_path(const char* map)
+// Where the loading mercuryd's /run is, as seen from this mount namespace:
+// "" if its pins are visible here, else /proc/OWNER/root.
+std::string pin_root()
 {
-    const std::string here = std::string(MERCURY_BPF_PIN_DIR "/") + map;
-    if (access(here.c_str(), F_OK) == 0)
-        return here;
+    if (access(MERCURY_BPF_PIN_DIR, F_OK) == 0)
+        return "";
     std::ifstream owner(MERCURY_BPF_OWNER_FILE);
     long pid = 0;
     if (owner >> pid && pid > 0) {
-        const std::string there = "/proc/" + std::to_string(pid) + "/root" + here;
-        if (access(there.c_str(), F_OK) == 0)
+        const std::string there = "/proc/" + std::to_string(pid) + "/root";
+        if (access((there + MERCURY_BPF_PIN_DIR).c_str(), F_OK) == 0)
             return there;
     }
-    return here;
+    return "";
 }
+
+// Where the loading mercuryd pinned @map, as seen from this mount namespace.
+std::string pin_path(const char* map)
+{
+    return pin_root() + MERCURY_BPF_PIN_DIR "/" + map;
+}
+
+// Serialises read-modify-writes of a netns's config entry among every
+// process that writes it (agents, mercuryctl): a map update cannot
+// increment, so without it concurrent writers lost table_gen bumps and
+// could undo each other's parameters.
+class ConfigLock {
+public:
+    ConfigLock() : fd_(::open((pin_root() + MERCURY_BPF_LOCK_FILE).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600))
+    {
+        if (fd_ >= 0)
+            while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+            }
+    }
+    ~ConfigLock()
+    {
+        if (fd_ >= 0)
+            ::close(fd_);  // releases the lock
+    }
+    ConfigLock(const ConfigLock&) = delete;
+    ConfigLock& operator=(const ConfigLock&) = delete;
+    bool held() const { return fd_ >= 0; }
+
+private:
+    int fd_;
+};
 
 Status errno_status(const std::string& what)
 {
@@ -178,14 +211,35 @@ mercury_bpf_config BpfMaps::config() const
 Status BpfMaps::store_config(const mercury_bpf_config& cfg)
 {
     if (bpf_map_update_elem(config_.get(), &netns_, &cfg, BPF_ANY) != 0)
-        return errno_status("cannot store this netns's parameters");
+        return errno == E2BIG ? Status{-ENOSPC, "the BPF config map has no room for another network namespace"}
+                              : errno_status("cannot store this netns's parameters");
     return {};
 }
 
-// Flows cache what they resolved until gen changes (or 20 ms pass).
-Status BpfMaps::bump_gen()
+Status BpfMaps::update_config(const std::function<void(mercury_bpf_config&)>& change)
 {
+    const ConfigLock lock;
+    if (!lock.held())
+        return errno_status("cannot lock " MERCURY_BPF_LOCK_FILE);
     mercury_bpf_config cfg = config();
+    change(cfg);
+    return store_config(cfg);
+}
+
+// One change to the tag or flow table. The netns's config slot is stored
+// first: where the config map has no room for it, nothing is written. Then
+// gen moves, and flows, which cache what they resolved until gen changes (or
+// 20 ms pass), look again.
+Status BpfMaps::change_table(const std::function<Status()>& write)
+{
+    const ConfigLock lock;
+    if (!lock.held())
+        return errno_status("cannot lock " MERCURY_BPF_LOCK_FILE);
+    mercury_bpf_config cfg = config();
+    if (Status s = store_config(cfg); !s)
+        return s;
+    if (Status s = write(); !s)
+        return s;
     ++cfg.gen;
     return store_config(cfg);
 }
@@ -238,17 +292,21 @@ Status BpfMaps::set_tag(uint32_t tag, const Priority& prio)
     if (Status s = entry_for(prio, e); !s)
         return s;
     const mercury_bpf_tag_key k{netns_, tag, 0};
-    if (bpf_map_update_elem(tags_.get(), &k, &e, BPF_ANY) != 0)
-        return errno == E2BIG ? Status{-ENOSPC, "the BPF tag map is full"} : errno_status("cannot set the tag");
-    return bump_gen();
+    return change_table([&]() -> Status {
+        if (bpf_map_update_elem(tags_.get(), &k, &e, BPF_ANY) != 0)
+            return errno == E2BIG ? Status{-ENOSPC, "the BPF tag map is full"} : errno_status("cannot set the tag");
+        return {};
+    });
 }
 
 Status BpfMaps::del_tag(uint32_t tag)
 {
     const mercury_bpf_tag_key k{netns_, tag, 0};
-    if (bpf_map_delete_elem(tags_.get(), &k) != 0)
-        return errno == ENOENT ? Status{-ENOENT, "no such tag entry"} : errno_status("cannot delete the tag");
-    return bump_gen();
+    return change_table([&]() -> Status {
+        if (bpf_map_delete_elem(tags_.get(), &k) != 0)
+            return errno == ENOENT ? Status{-ENOENT, "no such tag entry"} : errno_status("cannot delete the tag");
+        return {};
+    });
 }
 
 Status BpfMaps::set_flow(const FlowKey& key, const Priority& prio)
@@ -259,9 +317,11 @@ Status BpfMaps::set_flow(const FlowKey& key, const Priority& prio)
     mercury_bpf_entry e;
     if (Status s = entry_for(prio, e); !s)
         return s;
-    if (bpf_map_update_elem(flows_.get(), &*k, &e, BPF_ANY) != 0)
-        return errno == E2BIG ? Status{-ENOSPC, "the BPF flow map is full"} : errno_status("cannot set the flow");
-    return bump_gen();
+    return change_table([&]() -> Status {
+        if (bpf_map_update_elem(flows_.get(), &*k, &e, BPF_ANY) != 0)
+            return errno == E2BIG ? Status{-ENOSPC, "the BPF flow map is full"} : errno_status("cannot set the flow");
+        return {};
+    });
 }
 
 Status BpfMaps::del_flow(const FlowKey& key)
@@ -269,20 +329,24 @@ Status BpfMaps::del_flow(const FlowKey& key)
     const auto k = flow_key(key);
     if (!k)
         return Status{-EINVAL, "a flow needs a non-zero cookie or a complete address tuple of one family"};
-    if (bpf_map_delete_elem(flows_.get(), &*k) != 0)
-        return errno == ENOENT ? Status{-ENOENT, "no such flow entry"} : errno_status("cannot delete the flow");
-    return bump_gen();
+    return change_table([&]() -> Status {
+        if (bpf_map_delete_elem(flows_.get(), &*k) != 0)
+            return errno == ENOENT ? Status{-ENOENT, "no such flow entry"} : errno_status("cannot delete the flow");
+        return {};
+    });
 }
 
 Status BpfMaps::flush()
 {
-    for (const auto& k : all_keys<mercury_bpf_tag_key>(tags_.get()))
-        if (k.netns == netns_)
-            bpf_map_delete_elem(tags_.get(), &k);
-    for (const auto& k : all_keys<mercury_bpf_flow_key>(flows_.get()))
-        if (k.netns == netns_)
-            bpf_map_delete_elem(flows_.get(), &k);
-    return bump_gen();
+    return change_table([&]() -> Status {
+        for (const auto& k : all_keys<mercury_bpf_tag_key>(tags_.get()))
+            if (k.netns == netns_)
+                bpf_map_delete_elem(tags_.get(), &k);
+        for (const auto& k : all_keys<mercury_bpf_flow_key>(flows_.get()))
+            if (k.netns == netns_)
+                bpf_map_delete_elem(flows_.get(), &k);
+        return {};
+    });
 }
 
 Status BpfMaps::dump_tags(std::vector<TagEntry>& out)
@@ -341,12 +405,12 @@ Status BpfMaps::set_params(const Params& params)
                                        "and it does not log)"};
     if (Status s = validate(params); !s)
         return s;
-    mercury_bpf_config cfg = config();
-    cfg.cwnd_floor = params.cwnd_floor.value_or(cfg.cwnd_floor);
-    cfg.delay_thresh_us = params.delay_thresh_us.value_or(cfg.delay_thresh_us);
-    cfg.entry_ttl_ms = params.entry_ttl_ms.value_or(cfg.entry_ttl_ms);
-    cfg.max_hold_ms = params.max_hold_ms.value_or(cfg.max_hold_ms);
-    return store_config(cfg);
+    return update_config([&](mercury_bpf_config& cfg) {
+        cfg.cwnd_floor = params.cwnd_floor.value_or(cfg.cwnd_floor);
+        cfg.delay_thresh_us = params.delay_thresh_us.value_or(cfg.delay_thresh_us);
+        cfg.entry_ttl_ms = params.entry_ttl_ms.value_or(cfg.entry_ttl_ms);
+        cfg.max_hold_ms = params.max_hold_ms.value_or(cfg.max_hold_ms);
+    });
 }
 
 Status BpfMaps::get_stats(Stats& out)
@@ -388,6 +452,7 @@ size_t BpfMaps::collect_expired()
     sweep(tags_.get(), all_keys<mercury_bpf_tag_key>(tags_.get()));
     sweep(flows_.get(), all_keys<mercury_bpf_flow_key>(flows_.get()));
     size_t total = 0;
+    const ConfigLock lock;
     for (const auto& [netns, n] : per_netns) {
         mercury_bpf_config cfg{};
         if (bpf_map_lookup_elem(config_.get(), &netns, &cfg) != 0)

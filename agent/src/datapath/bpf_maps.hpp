@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -73,7 +74,8 @@ private:
     BpfMaps() = default;
     mercury_bpf_config config() const;
     Status store_config(const mercury_bpf_config& cfg);
-    Status bump_gen();
+    Status change_table(const std::function<Status()>& write);
+    Status update_config(const std::function<void(mercury_bpf_config&)>& change);
     Status entry_for(const Priority& prio, mercury_bpf_entry& out) const;
     std::optional<mercury_bpf_flow_key> flow_key(const FlowKey& key) const;
 

@@ -40,8 +40,16 @@ int mercury_report_timings(mercury_client *client, uint64_t iteration,
 			   uint32_t n_layers, const uint32_t *forward_us,
 			   const uint32_t *backward_us);
 
-/* This TCP socket carries @layer's tensor (the fd is passed, proving ownership). */
+/*
+ * This TCP socket carries @layer's tensor. The fd is passed, proving
+ * ownership; the library keeps a duplicate to pass again to a restarted
+ * agent, so call mercury_release_socket() before closing a socket you
+ * registered (or the connection stays open until mercury_close()).
+ */
 int mercury_register_socket(mercury_client *client, uint32_t layer, int fd);
+
+/* Drops the library's duplicate of a registered socket (layer or lane). */
+int mercury_release_socket(mercury_client *client, int fd);
 
 /*
  * Priority lanes. A framework that sends every layer over the same

@@ -288,6 +288,11 @@ int cmd_status(Args& args, bool json)
                 if (const auto* reply = std::get_if<mercury::proto::StatusReply>(&d.message)) {
                     std::cout << reply->document << (json ? "\n" : "");
                     rc = kExitOk;
+                } else if (const auto* error = std::get_if<mercury::proto::Error>(&d.message)) {
+                    std::cerr << "mercuryctl: mercuryd refused: " << error->message << " ("
+                              << std::strerror(static_cast<int>(error->code)) << ")\n";
+                    ::close(fd);
+                    return kExitRefused;
                 }
                 break;
             }

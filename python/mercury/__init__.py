@@ -85,6 +85,7 @@ def _load() -> Optional[ctypes.CDLL]:
                                            ctypes.POINTER(c_uint32)]
     lib.mercury_register_socket.argtypes = [c_void_p, c_uint32, c_int]
     lib.mercury_register_lane.argtypes = [c_void_p, c_uint32, c_uint32, c_int]
+    lib.mercury_release_socket.argtypes = [c_void_p, c_int]
     lib.mercury_release_lanes.argtypes = [c_void_p]
     lib.mercury_subscribe_ranks.argtypes = [c_void_p]
     lib.mercury_layer_ranks.argtypes = [c_void_p, ctypes.POINTER(ctypes.c_uint8), c_uint32,
@@ -192,10 +193,17 @@ class Client:
         return self._check(_lib.mercury_report_timings(self._handle, iteration, n, fwd, bwd), "report_timings")
 
     def register_socket(self, layer: int, sock: SocketLike) -> bool:
-        """This TCP connection carries ``layer``'s tensor (the socket is passed)."""
+        """This TCP connection carries ``layer``'s tensor. The socket is passed
+        (proving ownership) and a duplicate kept until :meth:`release_socket`."""
         if not self._handle:
             return False
         return self._check(_lib.mercury_register_socket(self._handle, layer, _fd(sock)), "register_socket")
+
+    def release_socket(self, sock: SocketLike) -> None:
+        """Drops the library's duplicate of a registered socket: call it
+        before closing a socket you registered, or the connection stays open."""
+        if self._handle:
+            self._check(_lib.mercury_release_socket(self._handle, _fd(sock)), "release_socket")
 
     def register_lane(self, lane: int, lanes: int, sock: SocketLike) -> bool:
         """This TCP connection is one of priority lane ``lane`` of ``lanes``."""

@@ -74,6 +74,30 @@ test_agent_restart() {
 	agent_stop
 }
 
+# SIGTERM (a restart, an upgrade) leaves the entries to expire on their own,
+# as a crash does, so priorities do not drop mid-training; a new agent takes
+# over when the trainer's library reconnects.
+test_agent_sigterm() {
+	topo_same_host
+	agent_start
+	trainer --cc mercury --send-layers 0 --seconds 15
+	wait_for 30 has_entries 4
+	kill -TERM "$AGENT_PID"
+	wait "$AGENT_PID"
+	local rc=$? left
+	AGENT_PID=""
+	left=$(flow_entries)
+	expect agent/sigterm-clean-exit "exit status $rc" [ "$rc" = 0 ]
+	expect agent/sigterm-keeps-entries "entries right after SIGTERM: $left" [ "$left" = 4 ]
+	wait_for 40 has_entries 0
+	expect agent/sigterm-entries-expire "entries after the TTL: $(flow_entries)" has_entries 0
+	agent_start
+	wait_for 40 has_entries 4
+	expect agent/sigterm-restart-restores "entries after restart: $(flow_entries)" has_entries 4
+	wait "$TRAINER_PID"
+	agent_stop
+}
+
 test_agent_config() {
 	mercuryd --help >/tmp/help.out 2>&1
 	expect agent/help "--help exits 0 and documents --socket" grep -q -- '--socket' /tmp/help.out
@@ -87,4 +111,4 @@ test_agent_config() {
 	expect agent/bad-config-file "unknown key: exit $rc ($(head -1 /tmp/cfg.out))" [ "$rc" = 2 ]
 }
 
-AGENT_TESTS="agent_priorities agent_restart agent_config"
+AGENT_TESTS="agent_priorities agent_restart agent_sigterm agent_config"

@@ -20,7 +20,9 @@ cleanup() { kill "$server" "$agent" 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
 
 echo "log_level = info" >"$dir/mercuryd.conf"
-"$bin/mercuryd" --datapath kmod --config "$dir/mercuryd.conf" --socket "$sock" --check-ms 100 2>"$dir/agent.log" &
+chmod 0755 "$dir"   # the hostile client below runs as nobody
+"$bin/mercuryd" --datapath kmod --config "$dir/mercuryd.conf" --socket "$sock" --socket-mode 0666 \
+	--check-ms 100 2>"$dir/agent.log" &
 agent=$!
 port=$((20000 + RANDOM % 20000))
 "$bin/mercury-flow" server --port $port --bind 127.0.0.1 >/dev/null &
@@ -30,16 +32,42 @@ for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
 LIBMERCURY="$lib/libmercury.so" /usr/bin/python3 "$(dirname "$0")/python_client.py" "$py" "$sock" $port 2 >"$dir/py.out" 2>&1 &
 client=$!
 for _ in $(seq 50); do grep -q "python client ok" "$dir/py.out" && break; sleep 0.1; done
+cookie=$(sed -n 's/^registered cookie=//p' "$dir/py.out")
+thief=$(/usr/bin/python3 "$(dirname "$0")/thief.py" "$sock" "$cookie" 2>&1)
+check flow-steal-refused grep -q "refused: errno $(/usr/bin/python3 -c 'import errno; print(errno.EPERM)')" <<<"$thief" ||
+	echo "  thief: $thief"
 status=$("$bin/mercuryctl" --json status --socket "$sock")
 text=$("$bin/mercuryctl" status --socket "$sock")
 check status-job grep -q '"job":"py-job","worker":2' <<<"$status"
 check status-learned grep -q '"name":"attn","param_bytes":8192,"forward_us":500,"backward_us":900,"deadline_us":300' <<<"$status"
-check status-flow-registered grep -q '"name":"attn".*"flows":\["cookie:[0-9]*"\]' <<<"$status"
+check status-flow-registered grep -q '"name":"attn".*"flows":\["cookie:'"$cookie"'"\]' <<<"$status"
+check status-thief-gone grep -vq '"job":"thief' <<<"$status"
+check log-control-bytes-escaped grep -q 'job="thief\\x1b\[2J\\x0alevel=error forged"' "$dir/agent.log"
 check status-no-kernel grep -q '"connected":false' <<<"$status"
 check status-text grep -q 'job py-job worker 2' <<<"$text"
+# A trainer in a PID namespace of its own (a container) is served too.
+LIBMERCURY="$lib/libmercury.so" unshare --pid --fork /usr/bin/python3 "$(dirname "$0")/python_client.py" \
+	"$py" "$sock" $port >"$dir/py-container.out" 2>&1
+check pid-namespace-trainer grep -q "python client ok ranks=" "$dir/py-container.out" || cat "$dir/py-container.out"
 check python-ranks grep -q "python client ok ranks=" "$dir/py.out"
 
 check garbage-dropped "$bin/mercury-trainer" garbage --socket "$sock"
+# Past max_clients a new client is refused with EBUSY and the agent serves on.
+"$bin/mercuryd" --datapath kmod --socket "$dir/small.sock" --max-clients 1 2>"$dir/small.log" &
+small=$!
+for _ in $(seq 100); do [ -S "$dir/small.sock" ] && break; sleep 0.05; done
+/usr/bin/python3 -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print("holding", flush=True); time.sleep(30)' \
+	"$dir/small.sock" >"$dir/holder.out" &
+holder=$!
+for _ in $(seq 100); do grep -q holding "$dir/holder.out" && break; sleep 0.05; done
+busy=$("$bin/mercuryctl" status --socket "$dir/small.sock" 2>&1)
+check max-clients-refused grep -qi "too many clients" <<<"$busy" || echo "  mercuryctl: $busy"
+kill $holder
+wait $holder 2>/dev/null
+check max-clients-serves-again sh -c "for i in \$(seq 100); do '$bin/mercuryctl' status --socket '$dir/small.sock' >/dev/null 2>&1 && exit 0; sleep 0.05; done; exit 1"
+kill $small
+wait $small 2>/dev/null
 check garbage-harmless kill -0 $agent
 wait $client
 check python-wrapper grep -q "python no-agent ok" "$dir/py.out" || cat "$dir/py.out"

@@ -13,6 +13,8 @@ with mercury.Client("py-job", worker_rank=2, socket_path=sock_path) as client:
     assert client.declare_model([("embed", 4096), ("attn", 8192), ("head", 1024)])
     conn = socket.create_connection(("127.0.0.1", port))
     assert client.register_socket(1, conn)
+    cookie = int.from_bytes(conn.getsockopt(socket.SOL_SOCKET, 57, 8), "little")  # SO_COOKIE
+    print("registered cookie=%d" % cookie, flush=True)
     for it in range(1, 6):
         assert client.begin_iteration(it)
         assert client.report_timings(it, [300, 500, 200], [600, 900, 400])

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "printable.hpp"
 #include "protocol/wire.hpp"
 
 using namespace mercury;
@@ -46,6 +47,14 @@ TEST_CASE("every message type survives encode/decode", "[protocol]")
              StatusRequest{StatusFormat::kText}, StatusReply{"{\"jobs\":[]}"}, Error{22, "bad"}, RegisterLane{2, 4},
              SubscribeRanks{}, Ranks{3, true, {0, 0, 1, 7}}, Ranks{0, false, {}}})
         CHECK(round_trip(m) == m);
+}
+
+TEST_CASE("names from clients are shown without control bytes", "[protocol]")
+{
+    CHECK(printable("resnet50") == "resnet50");
+    CHECK(printable("a\x1b[31mred\n") == "a\\x1b[31mred\\x0a");
+    CHECK(printable(std::string("nul\0x", 5)) == "nul\\x00x");
+    CHECK(printable("back\\slash\x7f") == "back\\x5cslash\\x7f");
 }
 
 TEST_CASE("lanes cover every rank, each lane starting at its first", "[protocol]")

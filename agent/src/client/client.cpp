@@ -82,6 +82,19 @@ struct LaneSocket {
     OwnedFd fd;  // kept to prove ownership again to a restarted agent
 };
 
+struct LayerSocket {
+    uint32_t layer;
+    uint64_t cookie;
+    OwnedFd fd;  // kept to prove ownership again to a restarted agent
+};
+
+uint64_t cookie_of(int fd)
+{
+    uint64_t cookie = 0;
+    socklen_t len = sizeof(cookie);
+    return getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) == 0 ? cookie : 0;
+}
+
 }  // namespace
 
 struct mercury_client {
@@ -94,7 +107,7 @@ struct mercury_client {
     proto::Hello hello;
     std::optional<proto::Model> model;
     std::optional<proto::Timings> last_timings;
-    std::vector<proto::Register> registrations;  // by cookie, for replay
+    std::vector<LayerSocket> registrations;
     std::vector<LaneSocket> lanes;
     bool subscribed = false;
 
@@ -198,7 +211,7 @@ struct mercury_client {
         if (model)
             send(*model);
         for (const auto& r : registrations)
-            send(r);
+            send_frame(proto::encode(proto::Register{r.layer, proto::ConnKind::kPassedFd, {}}), r.fd.get());
         for (const auto& l : lanes)
             send_frame(proto::encode(proto::RegisterLane{static_cast<uint8_t>(l.lane), static_cast<uint8_t>(l.lanes)}),
                        l.fd.get());
@@ -324,18 +337,34 @@ int mercury_register_socket(mercury_client* c, uint32_t layer, int fd)
 {
     if (!c || fd < 0)
         return MERCURY_E_INVAL;
-    uint64_t cookie = 0;
-    socklen_t len = sizeof(cookie);
-    if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) != 0)
+    const uint64_t cookie = cookie_of(fd);
+    if (!cookie)
         return MERCURY_E_INVAL;
+    OwnedFd kept = dup_fd(fd);
+    if (!kept)
+        return MERCURY_E_NOMEM;
     std::lock_guard lock(c->mu);
     if (!c->model)
         return MERCURY_E_NOMODEL;
     if (layer >= c->model->layers.size())
         return MERCURY_E_INVAL;
-    c->registrations.push_back(proto::Register{layer, proto::ConnKind::kCookie, FlowKey::by_cookie(cookie)});
-    // Passing the socket proves we own it; replays use the cookie.
-    return c->send_frame(proto::encode(proto::Register{layer, proto::ConnKind::kPassedFd, {}}), fd);
+    c->registrations.push_back(LayerSocket{layer, cookie, std::move(kept)});
+    // Passing the socket proves we own it, now and to a restarted agent.
+    return c->send_frame(proto::encode(proto::Register{layer, proto::ConnKind::kPassedFd, {}}),
+                         c->registrations.back().fd.get());
+}
+
+int mercury_release_socket(mercury_client* c, int fd)
+{
+    if (!c || fd < 0)
+        return MERCURY_E_INVAL;
+    const uint64_t cookie = cookie_of(fd);
+    std::lock_guard lock(c->mu);
+    if (!cookie)
+        return MERCURY_E_INVAL;
+    std::erase_if(c->registrations, [&](const LayerSocket& r) { return r.cookie == cookie; });
+    std::erase_if(c->lanes, [&](const LaneSocket& l) { return cookie_of(l.fd.get()) == cookie; });
+    return MERCURY_OK;
 }
 
 int mercury_register_lane(mercury_client* c, uint32_t lane, uint32_t lanes, int fd)

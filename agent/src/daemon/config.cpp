@@ -28,6 +28,8 @@ Options (each may also be a `key = value` line in the config file; flags win):
   --socket PATH        trainers' Unix socket (default /run/mercury/mercuryd.sock)
   --socket-mode MODE   octal permissions of the socket (default 0660)
   --socket-group NAME  group owning the socket (default: the daemon's)
+  --max-clients N      trainers and mercuryctl connected at once; more are
+                       refused with EBUSY (default 256)
   --entry-ttl-ms N     lifetime of kernel entries, refreshed at 1/3 (default 10000)
   --check-ms N         how often to check on the datapath (default 1000)
   --log-level LEVEL    debug, info, warn or error (default info)
@@ -61,6 +63,10 @@ std::string apply(Config& c, const std::string& key, const std::string& value)
         c.socket.mode = n;
     } else if (key == "socket_group") {
         c.socket.group = value;
+    } else if (key == "max_clients") {
+        if (!to_unsigned(value, n) || n < 1 || n > 65536)
+            return "max_clients must be 1..65536";
+        c.socket.max_clients = n;
     } else if (key == "entry_ttl_ms") {
         if (!to_unsigned(value, n) || n < 300 || n > 3600000)
             return "entry_ttl_ms must be 300..3600000";

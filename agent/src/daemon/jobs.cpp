@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 #include "daemon/jobs.hpp"
 
+#include "printable.hpp"
+
 #include <cerrno>
 #include <cstdio>
 
@@ -228,7 +230,7 @@ std::string JobRegistry::status_text() const
     if (jobs_.empty())
         out += "no trainers connected\n";
     for (const auto& [session, job] : jobs_) {
-        out += "\njob " + job.name + " worker " + std::to_string(job.worker_rank) + " pid " +
+        out += "\njob " + printable(job.name) + " worker " + std::to_string(job.worker_rank) + " pid " +
                std::to_string(job.pid) + ": iteration " + std::to_string(job.iteration) + ", " +
                std::to_string(job.timing_reports) + " timing reports, " + std::to_string(job.lane_flows.size()) +
                " lane connections\n";
@@ -240,7 +242,7 @@ std::string JobRegistry::status_text() const
             const auto& p = job.priorities[i];
             const auto n = job.flows.count(static_cast<uint32_t>(i));
             std::snprintf(line, sizeof(line), "  %-4zu %-24.24s %12llu %9u %9u %10u %4u %6u %zu\n", i,
-                          job.model.layers[i].name.c_str(),
+                          printable(job.model.layers[i].name).c_str(),
                           static_cast<unsigned long long>(job.model.layers[i].param_bytes), job.timings.forward_us(i),
                           job.timings.backward_us(i), p.deadline_us, p.rank, p.weight, n);
             out += line;

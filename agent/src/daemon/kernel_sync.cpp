@@ -25,10 +25,12 @@ void KernelSync::start()
     schedule_check();
 }
 
+// Stops pushing: entries already in the datapath stay until they expire.
 void KernelSync::stop()
 {
     stopped_ = true;
     timer_.cancel();
+    nl_.reset();
 }
 
 void KernelSync::set(const FlowKey& key, EntryValue value)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 #include "daemon/log.hpp"
+#include "printable.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -20,16 +21,18 @@ const char* name(LogLevel level)
     return "?";
 }
 
-// Values with spaces, quotes or '=' are quoted so lines stay parseable.
-std::string quoted(std::string_view v)
+// Values with spaces, quotes or '=' are quoted so lines stay parseable;
+// control bytes (a client's job name may hold any) are escaped.
+std::string quoted(std::string_view raw)
 {
-    if (!v.empty() && v.find_first_of(" \"=\n") == std::string_view::npos)
-        return std::string(v);
+    const std::string v = printable(raw);
+    if (!v.empty() && v.find_first_of(" \"=") == std::string::npos)
+        return v;
     std::string out = "\"";
     for (char c : v) {
-        if (c == '"' || c == '\\')
+        if (c == '"')
             out += '\\';
-        out += c == '\n' ? ' ' : c;
+        out += c;
     }
     return out + "\"";
 }

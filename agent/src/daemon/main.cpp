@@ -34,10 +34,12 @@ void watch_signals(boost::asio::signal_set& signals, mercury::Config& config, co
             return;
         }
         // Entries stay in the kernel and expire on their own; a restarted
-        // agent re-pushes them when trainers reconnect.
-        log.info("stopping", {{"signal", std::to_string(signo)}});
-        server.stop();
+        // agent re-pushes them when trainers reconnect. So the datapath is
+        // let go before the sessions close, which would withdraw them.
+        log.info("stopping; kernel entries expire on their own", {{"signal", std::to_string(signo)},
+                                                                  {"entry_ttl_ms", std::to_string(config.kernel.ttl_ms)}});
         kernel.stop();
+        server.stop();
     });
 }
 

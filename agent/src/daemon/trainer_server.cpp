@@ -43,7 +43,7 @@ void remove_stale_socket(const std::string& path)
 }  // namespace
 
 TrainerServer::TrainerServer(asio::io_context& io, const Logger& log, JobRegistry& jobs)
-    : io_(io), log_(log), jobs_(jobs), acceptor_(io)
+    : io_(io), log_(log), jobs_(jobs), acceptor_(io), accept_retry_(io)
 {
     jobs_.set_notifier([this](uint32_t session, const proto::Ranks& ranks) {
         if (const auto it = sessions_.find(session); it != sessions_.end())
@@ -68,6 +68,7 @@ void TrainerServer::listen(const SocketOptions& options)
     if (ec)
         throw std::runtime_error("cannot listen on " + options.path + ": " + ec.message());
     path_ = options.path;
+    max_clients_ = options.max_clients;
 
     if (!options.group.empty()) {
         const group* g = getgrnam(options.group.c_str());
@@ -86,6 +87,7 @@ void TrainerServer::stop()
 {
     boost::system::error_code ec;
     acceptor_.close(ec);
+    accept_retry_.cancel();
     auto sessions = sessions_;
     for (auto& [id, session] : sessions)
         session->close();
@@ -99,13 +101,31 @@ void TrainerServer::accept()
     acceptor_.async_accept([this](const boost::system::error_code& ec, stream::socket socket) {
         if (ec == asio::error::operation_aborted)
             return;
-        if (!ec) {
+        if (ec) {
+            // Out of descriptors (or memory): retrying at once would spin;
+            // wait, and say so at most once a second.
+            const auto now = std::chrono::steady_clock::now();
+            if (now - last_accept_warning_ >= std::chrono::seconds(1)) {
+                log_.warn("accept failed; retrying in 100 ms", {{"error", ec.message()}});
+                last_accept_warning_ = now;
+            }
+            accept_retry_.expires_after(std::chrono::milliseconds(100));
+            accept_retry_.async_wait([this](const boost::system::error_code& wait_ec) {
+                if (!wait_ec)
+                    accept();
+            });
+            return;
+        }
+        if (sessions_.size() >= max_clients_) {
+            const auto frame = proto::encode(proto::Error{EBUSY, "too many clients (max_clients)"});
+            boost::system::error_code ignored;
+            socket.non_blocking(true, ignored);
+            ::send(socket.native_handle(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        } else {
             const uint32_t id = next_id_++;
             auto session = std::make_shared<Session>(*this, std::move(socket), id);
             sessions_.emplace(id, session);
             session->start();
-        } else {
-            log_.warn("accept failed", {{"error", ec.message()}});
         }
         accept();
     });
@@ -294,9 +314,12 @@ bool Session::handle(const proto::Message& msg)
     if (const auto* hello = std::get_if<proto::Hello>(&msg)) {
         if (hello_)
             return fail(EPROTO, "second Hello");
-        if (peer_pid_ && hello->pid != static_cast<uint32_t>(peer_pid_))
-            return fail(EPERM, "Hello pid does not match the connecting process");
-        if (int err = jobs.open(id_, *hello, peer_uid_))
+        // Who is calling comes from SO_PEERCRED, never from the message: a
+        // trainer in a container sends the pid of its own PID namespace.
+        proto::Hello checked = *hello;
+        if (peer_pid_)
+            checked.pid = static_cast<uint32_t>(peer_pid_);
+        if (int err = jobs.open(id_, checked, peer_uid_))
             return fail(err, "Hello needs a job name");
         hello_ = true;
         server_.log_.info("trainer joined", {{"session", std::to_string(id_)}, {"job", hello->job},
@@ -315,6 +338,10 @@ bool Session::handle(const proto::Message& msg)
         err = jobs.add_timings(id_, *timings);
     } else if (const auto* reg = std::get_if<proto::Register>(&msg)) {
         FlowKey key = reg->flow;
+        // A cookie or a tuple proves nothing: anyone could name another
+        // user's connection. Only root may; everyone else passes the socket.
+        if (reg->kind != proto::ConnKind::kPassedFd && peer_uid_ != 0)
+            return fail(EPERM, "register a connection by passing its socket (by cookie or tuple needs root)");
         if (reg->kind == proto::ConnKind::kPassedFd && !take_passed_socket(key))
             return fail(EINVAL, "Register by socket needs a passed TCP socket");
         err = jobs.register_flow(id_, reg->layer, key);

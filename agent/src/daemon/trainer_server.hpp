@@ -9,6 +9,8 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
@@ -24,6 +26,7 @@ struct SocketOptions {
     std::string path = "/run/mercury/mercuryd.sock";
     unsigned mode = 0660;
     std::string group;  // empty: keep the daemon's group
+    unsigned max_clients = 256;
 };
 
 class Session;
@@ -45,7 +48,10 @@ private:
     const Logger& log_;
     JobRegistry& jobs_;
     boost::asio::local::stream_protocol::acceptor acceptor_;
+    boost::asio::steady_timer accept_retry_;  // backs off when accept() fails (EMFILE)
+    std::chrono::steady_clock::time_point last_accept_warning_{};
     std::string path_;
+    unsigned max_clients_ = 256;
     std::map<uint32_t, std::shared_ptr<Session>> sessions_;
     uint32_t next_id_ = 1;
 };

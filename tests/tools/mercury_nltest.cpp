@@ -13,9 +13,11 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -379,9 +381,186 @@ void run_cases(Runner& r)
     }
 }
 
+// Random and mutated messages over a raw generic netlink socket, so headers
+// can be truncated and lengths can lie: random commands, versions, flags,
+// attribute types, lengths and nesting. Returns how many were sent.
+class Fuzzer {
+public:
+    explicit Fuzzer(uint64_t seed) : rng_(seed) {}
+
+    bool open()
+    {
+        fd_ = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_GENERIC);
+        if (fd_ < 0)
+            return false;
+        const int one = 1;
+        setsockopt(fd_, SOL_NETLINK, NETLINK_EXT_ACK, &one, sizeof(one));
+        const int rcvbuf = 1 << 20;
+        setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+        family_ = resolve();
+        return family_ > 0;
+    }
+    ~Fuzzer()
+    {
+        if (fd_ >= 0)
+            close(fd_);
+    }
+
+    void send_random(uint32_t seq)
+    {
+        std::vector<uint8_t> attrs;
+        const int n = pick(7);
+        for (int i = 0; i < n; ++i)
+            add_attr(attrs, pick(4) == 0 ? 2 : 1);
+        struct {
+            nlmsghdr nlh;
+            genlmsghdr genl;
+        } hdr{};
+        hdr.nlh.nlmsg_type = pick(20) == 0 ? static_cast<uint16_t>(rng_()) : static_cast<uint16_t>(family_);
+        hdr.nlh.nlmsg_flags = NLM_F_REQUEST | (pick(2) ? NLM_F_ACK : 0) | (pick(4) == 0 ? NLM_F_DUMP : 0);
+        hdr.nlh.nlmsg_seq = seq;
+        hdr.genl.cmd = static_cast<uint8_t>(pick(MERCURY_CMD_MAX + 4));
+        hdr.genl.version = pick(8) == 0 ? static_cast<uint8_t>(rng_()) : MERCURY_GENL_VERSION;
+        std::vector<uint8_t> msg(sizeof(hdr));
+        msg.insert(msg.end(), attrs.begin(), attrs.end());
+        hdr.nlh.nlmsg_len = static_cast<uint32_t>(msg.size());
+        if (pick(12) == 0)  // a length that lies, in either direction
+            hdr.nlh.nlmsg_len = static_cast<uint32_t>(pick(2) ? pick(static_cast<int>(msg.size()) + 1)
+                                                               : msg.size() + 1 + pick(4096));
+        std::memcpy(msg.data(), &hdr, sizeof(hdr));
+        if (pick(12) == 0)  // cut anywhere, headers included
+            msg.resize(static_cast<size_t>(pick(static_cast<int>(msg.size()) + 1)));
+        sockaddr_nl kernel{};
+        kernel.nl_family = AF_NETLINK;
+        sendto(fd_, msg.data(), msg.size(), 0, reinterpret_cast<const sockaddr*>(&kernel), sizeof(kernel));
+        drain();
+    }
+
+    // The kernel answers within sendmsg(): read what it queued.
+    void drain()
+    {
+        char buf[65536];
+        while (recv(fd_, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+        }
+    }
+
+private:
+    int pick(int n) { return n > 0 ? static_cast<int>(rng_() % static_cast<uint64_t>(n)) : 0; }
+
+    void add_attr(std::vector<uint8_t>& out, int depth)
+    {
+        static const uint16_t lengths[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, 17, 64};
+        uint16_t type = static_cast<uint16_t>(pick(MERCURY_ATTR_MAX + 3));
+        std::vector<uint8_t> payload;
+        if (depth > 0 && pick(3) == 0) {
+            type |= 1 << 15;  // NLA_F_NESTED
+            const int n = pick(6);
+            for (int i = 0; i < n; ++i)
+                add_attr(payload, depth - 1);
+        } else {
+            payload.resize(pick(5) == 0 ? static_cast<size_t>(pick(300)) : lengths[pick(11)]);
+            for (auto& b : payload)
+                b = pick(4) == 0 ? 0xff : static_cast<uint8_t>(pick(4) == 0 ? rng_() : pick(3));
+        }
+        uint16_t len = static_cast<uint16_t>(4 + payload.size());
+        if (pick(16) == 0)
+            len = static_cast<uint16_t>(pick(2) ? pick(4) : len + 1 + pick(200));
+        out.push_back(static_cast<uint8_t>(len));
+        out.push_back(static_cast<uint8_t>(len >> 8));
+        out.push_back(static_cast<uint8_t>(type));
+        out.push_back(static_cast<uint8_t>(type >> 8));
+        out.insert(out.end(), payload.begin(), payload.end());
+        while (out.size() % 4)
+            out.push_back(0);
+    }
+
+    int resolve()
+    {
+        struct {
+            nlmsghdr nlh;
+            genlmsghdr genl;
+            nlattr name_attr;
+            char name[NLA_ALIGN(sizeof(MERCURY_GENL_NAME))];
+        } req{};
+        req.nlh.nlmsg_len = sizeof(req);
+        req.nlh.nlmsg_type = GENL_ID_CTRL;
+        req.nlh.nlmsg_flags = NLM_F_REQUEST;
+        req.genl.cmd = CTRL_CMD_GETFAMILY;
+        req.genl.version = 2;
+        req.name_attr.nla_type = CTRL_ATTR_FAMILY_NAME;
+        req.name_attr.nla_len = NLA_HDRLEN + sizeof(MERCURY_GENL_NAME);
+        std::memcpy(req.name, MERCURY_GENL_NAME, sizeof(MERCURY_GENL_NAME));
+        if (send(fd_, &req, sizeof(req), 0) < 0)
+            return -1;
+        char buf[8192];
+        const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+        const auto* h = reinterpret_cast<const nlmsghdr*>(buf);
+        if (n <= 0 || !NLMSG_OK(h, static_cast<size_t>(n)) || h->nlmsg_type != GENL_ID_CTRL)
+            return -1;
+        const auto* a = reinterpret_cast<const nlattr*>(static_cast<const char*>(NLMSG_DATA(h)) + GENL_HDRLEN);
+        int left = static_cast<int>(h->nlmsg_len) - NLMSG_HDRLEN - GENL_HDRLEN;
+        while (left >= static_cast<int>(NLA_HDRLEN) && a->nla_len >= NLA_HDRLEN && a->nla_len <= left) {
+            if (a->nla_type == CTRL_ATTR_FAMILY_ID) {
+                uint16_t id;
+                std::memcpy(&id, reinterpret_cast<const char*>(a) + NLA_HDRLEN, sizeof(id));
+                return id;
+            }
+            left -= NLA_ALIGN(a->nla_len);
+            a = reinterpret_cast<const nlattr*>(reinterpret_cast<const char*>(a) + NLA_ALIGN(a->nla_len));
+        }
+        return -1;
+    }
+
+    std::mt19937_64 rng_;
+    int fd_ = -1;
+    int family_ = -1;
+};
+
+// nl/random-fuzz: @count messages as root, then @count as uid 65534, who
+// must change nothing. Afterwards a dump still answers. (The VM checks the
+// kernel log after the suite, and unloads the module at the end.)
+int fuzz(Runner& r, uint64_t seed, uint32_t count)
+{
+    Fuzzer root(seed);
+    if (!root.open()) {
+        r.report("random-fuzz", "cannot open a generic netlink socket or resolve the family");
+        return 1;
+    }
+    for (uint32_t i = 0; i < count; ++i)
+        root.send_random(i + 1);
+    const Snapshot before = r.snapshot();
+    const pid_t pid = fork();
+    if (pid == 0) {
+        drop_to_nobody();
+        Fuzzer nobody(seed ^ 0x9e3779b97f4a7c15ULL);
+        if (!nobody.open())
+            _exit(2);
+        for (uint32_t i = 0; i < count; ++i)
+            nobody.send_random(i + 1);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const Snapshot after = r.snapshot();
+    std::vector<mercury::TagEntry> tags;
+    const Status dump = r.nl().dump_tags(tags);
+    std::string why;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        why = "unprivileged fuzzer exited with " + std::to_string(status);
+    else if (!(before == after))
+        why = "unprivileged messages changed the table or parameters";
+    else if (!dump)
+        why = "a tag dump fails afterwards: " + dump.describe();
+    r.report("random-fuzz", why,
+             std::to_string(2 * count) + " messages (" + std::to_string(count) + " as root, " + std::to_string(count) +
+                 " as uid 65534), seed " + std::to_string(seed) + "; a dump still answers (" +
+                 std::to_string(tags.size()) + " tags)");
+    return r.failed() ? 1 : 0;
+}
+
 }  // namespace
 
-int main()
+int main(int argc, char** argv)
 {
     std::unique_ptr<GenlClient> nl;
     if (const Status s = GenlClient::open(nl); !s) {
@@ -389,6 +568,14 @@ int main()
         return 1;
     }
     Runner runner(*nl);
+    if (argc >= 2 && std::string(argv[1]) == "fuzz") {
+        // mercury-nltest fuzz [SEED [COUNT]]: SEED 0 or none picks one (printed).
+        uint64_t seed = argc >= 3 ? std::strtoull(argv[2], nullptr, 0) : 0;
+        if (!seed)
+            seed = std::random_device{}() | 1;
+        const uint32_t count = argc >= 4 ? static_cast<uint32_t>(std::strtoul(argv[3], nullptr, 0)) : 6000;
+        return fuzz(runner, seed, count);
+    }
     nl->flush();
     run_cases(runner);
     return runner.failed() ? 1 : 0;

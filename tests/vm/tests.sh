@@ -60,6 +60,18 @@ test_netlink_bad_input() {
 	[ -n "$out" ] || fail netlink/bad-input "mercury-nltest printed nothing"
 }
 
+# Random and mutated messages, as root and as an unprivileged user, in a
+# netns of their own; the seed is printed (MERCURY_FUZZ_SEED reproduces it).
+test_netlink_random_fuzz() {
+	$IP netns add fz
+	local out
+	out=$(in_ns fz mercury-nltest fuzz "${MERCURY_FUZZ_SEED:-0}" 6000 2>&1)
+	echo "$out"
+	PASSED=$((PASSED + $(echo "$out" | grep -c '^PASS')))
+	FAILED=$((FAILED + $(echo "$out" | grep -c '^FAIL')))
+	[ -n "$out" ] || fail nl/random-fuzz "mercury-nltest fuzz printed nothing"
+}
+
 global_entries() { mercuryctl stats | awk '$1 == "global_entries" { print $2 }'; }
 global_entries_are() { [ "$(global_entries)" = "$1" ]; }
 
@@ -124,7 +136,7 @@ test_agent_module_reload() {
 }
 
 dmesg -c >/dev/null
-for t in module_params autoload $BEHAVIOUR_TESTS ss_info netlink_bad_input netns_delete \
+for t in module_params autoload $BEHAVIOUR_TESTS ss_info netlink_bad_input netlink_random_fuzz netns_delete \
 	$AGENT_TESTS agent_module_reload replay_modes unload; do
 	run_test $t
 done

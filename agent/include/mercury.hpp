@@ -41,6 +41,19 @@ public:
     }
     int register_socket(uint32_t layer, int fd) { return mercury_register_socket(client_.get(), layer, fd); }
     int begin_iteration(uint64_t iteration) { return mercury_begin_iteration(client_.get(), iteration); }
+    int register_lane(uint32_t lane, uint32_t lanes, int fd)
+    {
+        return mercury_register_lane(client_.get(), lane, lanes, fd);
+    }
+    int subscribe_ranks() { return mercury_subscribe_ranks(client_.get()); }
+    // The agent's latest per-layer ranks; empty if none arrived yet.
+    std::vector<uint8_t> layer_ranks(uint32_t layers, uint32_t* generation = nullptr)
+    {
+        std::vector<uint8_t> ranks(layers);
+        const int n = mercury_layer_ranks(client_.get(), ranks.data(), layers, generation, nullptr);
+        ranks.resize(n > 0 ? static_cast<size_t>(n) : 0);
+        return ranks;
+    }
 
 private:
     struct Closer {

@@ -41,11 +41,12 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "flow_key.hpp"
-#include "learner/priorities.hpp"
 #include "mercury.hpp"
+#include "mercury/uapi.h"
 #include "model.hpp"
 #include "simulator.hpp"
 
@@ -96,7 +97,7 @@ struct Plan {
     Model model;
     Placement placement;
     std::vector<uint32_t> chunks;           // per shard
-    std::vector<uint8_t> rank_of_tensor;    // from the agent's own rule
+    std::vector<uint8_t> rank_of_tensor;    // per tensor, from its layer's rank
     std::vector<uint32_t> layer_of_rank;    // a layer holding each rank, for registration
     Mode mode;
     std::vector<bool> lanes;                // per lane: does any tensor travel on it?
@@ -109,20 +110,23 @@ struct Plan {
         placement = place(model, o.servers, o.byte_divisor);
         for (const auto& s : placement.shards)
             chunks.push_back(static_cast<uint32_t>((s.bytes + kChunk - 1) / kChunk));
-        LayerTimings t(model.layers.size());
-        const auto [fwd, bwd] = timings_us();
-        t.add(fwd, bwd);
-        const auto prio = compute_priorities(t, model.layers.size());
-        layer_of_rank.assign(kRanks, UINT32_MAX);
+        mode = parse_mode(o.mode_name);
+        assign_ranks(std::vector<uint8_t>(model.layers.size(), 0));
+    }
+    // Which rank each layer has: from the agent (workers and servers), or
+    // from the agent's rule (the simulator, which has no agent).
+    void assign_ranks(const std::vector<uint8_t>& layer_rank)
+    {
+        rank_of_tensor.clear();
+        layer_of_rank.assign(MERCURY_NUM_RANKS, UINT32_MAX);
         for (const auto& tensor : placement.tensors) {
-            const uint8_t r = prio[tensor.layer].rank;
+            const uint8_t r = layer_rank.at(tensor.layer);
             rank_of_tensor.push_back(r);
             if (layer_of_rank[r] == UINT32_MAX)
                 layer_of_rank[r] = tensor.layer;
         }
-        mode = parse_mode(o.mode_name);
         // Priority modes: one lane per rank that carries tensors; else one lane.
-        lanes.assign(mode.priority ? kRanks : 1, !mode.priority);
+        lanes.assign(mode.priority ? MERCURY_NUM_RANKS : 1, !mode.priority);
         if (mode.priority)
             for (uint8_t r : rank_of_tensor)
                 lanes[r] = true;
@@ -365,9 +369,11 @@ void send_all(int fd, const void* p, size_t n)
         throw std::runtime_error("short send");
 }
 
-// Registers each lane's connection with the agent as carrying a layer of
-// that rank, so the agent (not the replayer) decides the kernel entry.
-std::unique_ptr<Client> join_agent(const Plan& plan, const std::string& job, uint32_t id)
+// Declares the model and its profiled timings to the agent and takes the
+// ranks it learned from them (priority modes only); each lane's connection
+// is then registered as carrying a layer of that rank, so the agent (not the
+// replayer) decides both the lanes and the kernel entries.
+std::unique_ptr<Client> join_agent(Plan& plan, const std::string& job, uint32_t id)
 {
     if (!plan.mode.priority)
         return nullptr;
@@ -381,6 +387,18 @@ std::unique_ptr<Client> join_agent(const Plan& plan, const std::string& job, uin
     client->declare_model(names, bytes);
     const auto [f, b] = plan.timings_us();
     client->report_timings(0, f, b);
+    client->subscribe_ranks();
+    const auto layers = static_cast<uint32_t>(plan.model.layers.size());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    std::vector<uint8_t> ranks = client->layer_ranks(layers);
+    while (ranks.empty() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        ranks = client->layer_ranks(layers);
+    }
+    if (ranks.empty())
+        throw std::runtime_error("priority modes need mercuryd: no ranks from the agent within 10 s "
+                                 "(is it running? $MERCURY_SOCKET)");
+    plan.assign_ranks(ranks);
     return client;
 }
 

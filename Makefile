@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod user test unit bpftest torchtest vmtest fuzz bench bench-cc bench-agent demo install clean guest
+.PHONY: all deps kmod user test unit bpftest torchtest vmtest fuzz bench bench-torch bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -58,6 +58,11 @@ test: deps
 # mode, a bandwidth sweep; build/bench.{log,json,png}, build/bench-sweep.png.
 bench: deps user
 	scripts/bench.sh $(BUILD)/bench
+
+# Real PyTorch on the emulated cluster: DDP vs mercury.torch (one lane,
+# lanes on cubic, lanes with priorities); build/bench-torch.{md,json,png}.
+bench-torch: deps user
+	scripts/bench-torch.sh $(BUILD)
 
 bench-cc: $(INITRD)
 	scripts/vm/run.sh bench-cc $(INITRD)

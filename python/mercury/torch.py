@@ -8,7 +8,8 @@ layer's, and DDP finishes every all-reduce before the optimizer step, so
 nothing overlaps the next forward pass. :class:`DistributedOptimizer` fixes
 both:
 
-* **Lanes.** It opens ``lanes`` process groups over the same ranks; each has
+* **Lanes.** It opens ``lanes`` process groups (default 8, one per rank)
+  over the same ranks; each has
   its own connections, which it finds among the process's own sockets,
   switches to the ``mercury`` congestion control and registers with mercuryd
   by passing their fds. Lane ``L`` of ``N`` gets rank ``ceil(L*8/N)``.
@@ -39,6 +40,7 @@ Example::
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -53,7 +55,10 @@ import mercury
 
 __all__ = ["DistributedOptimizer", "Lanes", "DEFAULT_LANES", "find_tcp_sockets", "pin_congestion_control"]
 
-DEFAULT_LANES = 4
+# One lane per datapath rank: with fewer, a lane carries several ranks and a
+# front layer's bucket can queue behind a later one launched before it on
+# the same lane (seen in the bench-torch timeline with 4 lanes).
+DEFAULT_LANES = 8
 DEFAULT_BUCKET_BYTES = 256 << 10
 DEFAULT_RESYNC_EVERY = 10
 SO_COOKIE = 57  # <asm-generic/socket.h>; Python does not name it
@@ -69,6 +74,16 @@ def _rank_lane(rank: int, lanes: int) -> int:
     return rank * lanes // mercury.NUM_RANKS
 
 
+def _own_parameters(module: torch.nn.Module) -> List[torch.nn.Parameter]:
+    """Parameters a module uses in its own forward: its direct ones, and those
+    of ParameterList/ParameterDict children (which have no forward)."""
+    params = list(module.parameters(recurse=False))
+    for child in module.children():
+        if isinstance(child, (torch.nn.ParameterList, torch.nn.ParameterDict)):
+            params += list(child.parameters())
+    return params
+
+
 def find_tcp_sockets() -> Dict[int, int]:
     """The process's connected TCP sockets: {fd: socket cookie}.
 
@@ -79,9 +94,14 @@ def find_tcp_sockets() -> Dict[int, int]:
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         try:
-            s = socket.socket(fileno=os.dup(fd))
+            dup = os.dup(fd)
         except OSError:
-            continue  # not a socket, or gone
+            continue  # gone
+        try:
+            s = socket.socket(fileno=dup)
+        except OSError:
+            os.close(dup)  # not a socket
+            continue
         try:
             if (s.type != socket.SOCK_STREAM or s.family not in (socket.AF_INET, socket.AF_INET6)
                     or s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
@@ -148,7 +168,13 @@ class Lanes:
 
     def keep(self, n: int) -> None:
         """Uses only the first ``n`` lanes from now on."""
+        for lane in self.lanes[n:]:
+            dist.destroy_process_group(lane.group)
         del self.lanes[n:]
+
+    def close(self) -> None:
+        """Destroys the lanes' process groups, closing their connections (collective)."""
+        self.keep(0)
 
     def __len__(self) -> int:
         return len(self.lanes)
@@ -165,7 +191,7 @@ class Lanes:
         return ok
 
 
-@dataclass
+@dataclass(eq=False)  # identity: buckets hold tensors
 class _Bucket:
     params: List[torch.nn.Parameter]
     modules: List[torch.nn.Module]
@@ -175,6 +201,7 @@ class _Bucket:
     work: Optional[object] = None          # the async all-reduce
     flat: Optional[torch.Tensor] = None
     pending_step: bool = False             # reduced but not yet applied
+    trace: Optional[dict] = None
     group_params: List[List[torch.nn.Parameter]] = field(default_factory=list)
 
 
@@ -218,6 +245,9 @@ class DistributedOptimizer:
         self.resync_every = max(1, resync_every)
         self.iteration = 0
         self.reason_single_lane: Optional[str] = None
+        self.wait_s = 0.0  # time forward passes spent waiting for reductions
+        # Per-bucket timeline, kept if $MERCURY_TORCH_TRACE names a file (JSON lines).
+        self._trace_file = open(os.environ["MERCURY_TORCH_TRACE"], "a") if os.environ.get("MERCURY_TORCH_TRACE") else None
 
         self._owns_client = client is None
         self.client = client or mercury.Client(os.environ.get("MERCURY_JOB", "torch"), worker_rank=self.rank)
@@ -244,7 +274,9 @@ class DistributedOptimizer:
                 dist.broadcast(t, src=0)
 
         # Layers: modules owning parameters, in the order of the first forward pass.
-        self._layer_modules = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
+        self._layer_modules = [m for m in model.modules()
+                               if _own_parameters(m)
+                               and not isinstance(m, (torch.nn.ParameterList, torch.nn.ParameterDict))]
         self._order: List[torch.nn.Module] = []
         self._buckets: List[_Bucket] = []
         self._bucket_of_module: Dict[torch.nn.Module, _Bucket] = {}
@@ -253,6 +285,7 @@ class DistributedOptimizer:
         self._fwd_us: Dict[torch.nn.Module, float] = {}
         self._grad_time: Dict[int, float] = {}   # layer -> when its last gradient arrived
         self._forward_end = 0.0
+        self._forward_start = 0.0
         self._next_launch = -1
         self._backward_queued = False
         self._zero_pending = False
@@ -281,8 +314,7 @@ class DistributedOptimizer:
         seen = set(self._order)
         self._order += [m for m in self._layer_modules if m not in seen]  # unused in forward
         names = {m: n for n, m in self.model.named_modules()}
-        layers = [(names.get(m, "?") or "model", sum(p.numel() * p.element_size()
-                                                       for p in m.parameters(recurse=False)))
+        layers = [(names.get(m, "?") or "model", sum(p.numel() * p.element_size() for p in _own_parameters(m)))
                   for m in self._order]
         self.client.declare_model(layers)
         if len(self.lanes) > 1:
@@ -295,7 +327,7 @@ class DistributedOptimizer:
         bucket: Optional[_Bucket] = None
         size = 0
         for layer, m in enumerate(self._order):
-            params = [p for p in m.parameters(recurse=False)
+            params = [p for p in _own_parameters(m)
                       if p.requires_grad and id(p) in owner and owner[id(p)] is None]
             for p in params:
                 owner[id(p)] = m
@@ -327,7 +359,7 @@ class DistributedOptimizer:
         acc = p.expand_as(p).grad_fn.next_functions[0][0]
         layer = bucket.layers[0]
         for m, lay in zip(bucket.modules, bucket.layers):
-            if any(q is p for q in m.parameters(recurse=False)):
+            if any(q is p for q in _own_parameters(m)):
                 layer = lay
 
         def ready(*_: object) -> None:
@@ -339,6 +371,8 @@ class DistributedOptimizer:
     # -- hooks --------------------------------------------------------------
 
     def _pre_forward(self, module: torch.nn.Module, _inputs: object) -> None:
+        if module is self._order[0] if self._order else False:
+            self._forward_start = time.perf_counter()
         if not self._buckets:
             if module not in self._order:
                 self._order.append(module)
@@ -385,6 +419,10 @@ class DistributedOptimizer:
         b.flat = flat
         b.work = dist.all_reduce(flat, group=self.lanes.group(b.lane), async_op=True)
         b.pending_step = True
+        if self._trace_file:
+            b.trace = {"iteration": self.iteration, "bucket": self._buckets.index(b), "lane": b.lane,
+                       "bytes": flat.numel() * flat.element_size(), "launch": time.perf_counter()}
+            b.work.get_future().then(lambda _f, t=b.trace: t.__setitem__("done", time.perf_counter()))
 
     def _backward_done(self) -> None:
         self._launch_ready(all_remaining=True)
@@ -394,7 +432,13 @@ class DistributedOptimizer:
         """Waits for ``b``'s reduction and applies the optimizer to its parameters."""
         if not b.pending_step:
             return
+        t0 = time.perf_counter()
         b.work.wait()
+        t1 = time.perf_counter()
+        self.wait_s += t1 - t0
+        if self._trace_file and b.trace:
+            b.trace.update(wait_from=t0, wait_until=t1, forward_start=self._forward_start)
+            self._trace_file.write(json.dumps(b.trace) + "\n")
         offset = 0
         for p in b.params:
             n = p.numel()
@@ -484,7 +528,8 @@ class DistributedOptimizer:
         return list(self._layer_lane)
 
     def close(self) -> None:
-        """Applies what is outstanding, removes the hooks and withdraws the lanes."""
+        """Applies what is outstanding, removes the hooks, withdraws the lanes
+        and closes their connections. Collective: every worker calls it."""
         self.synchronize()
         for h in self._handles:
             if hasattr(h, "remove"):
@@ -492,6 +537,7 @@ class DistributedOptimizer:
         self._handles = []
         if len(self.lanes) > 1:
             self.client.release_lanes()
+        self.lanes.close()
         if self._owns_client:
             self.client.close()
 

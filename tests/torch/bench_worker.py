@@ -1,0 +1,244 @@
+# SPDX-License-Identifier: GPL-2.0
+"""One worker of `make bench-torch` (scripts/bench-torch.sh starts them, one
+per emulated host).
+
+The model is a real torchvision model. Worker 0 first measures its per-layer
+forward and backward times at one thread (``--calibrate``); then, with
+``--compute emulated``, every layer is replaced by one of the same
+parameters whose forward and backward *wait* for the measured time (times
+``--compute-scale``) inside real autograd, so the framework, the hooks and
+the collectives stay real while 2 cores need not run 4 workers' compute.
+``--compute real`` trains the real model.
+
+Modes, interleaved within each repeat, each on a fresh model:
+  ddp         torch DDP (vanilla), its sockets pinned to the baseline CC
+  one-lane    mercury.torch with 1 lane on the baseline CC (overlap only)
+  lanes-cubic mercury.torch with 4 lanes on the baseline CC (no priorities)
+  full        mercury.torch with 4 lanes on mercury (kernel priorities)
+Prints one JSON line per measured run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import List, Tuple
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torchvision
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+import mercury.torch as mt  # noqa: E402
+
+MODES = ["ddp", "one-lane", "lanes-cubic", "full"]
+
+
+def make_model(name: str) -> nn.Module:
+    return getattr(torchvision.models, name)(num_classes=10)
+
+
+def layers_of(model: nn.Module) -> List[nn.Module]:
+    return [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
+
+
+def calibrate(name: str, batch: int, image: int, iterations: int = 4) -> List[Tuple[float, float]]:
+    """Per-layer (forward s, backward s) of the real model, forward order, median of runs."""
+    model = make_model(name)
+    layers = layers_of(model)
+    order: List[nn.Module] = []
+    start, fwd, done = {}, {}, {}
+
+    def pre(m, _i):
+        if m not in order:
+            order.append(m)
+        start[m] = time.perf_counter()
+
+    def post(m, _i, _o):
+        fwd.setdefault(m, []).append(time.perf_counter() - start[m])
+
+    for m in layers:
+        m.register_forward_pre_hook(pre)
+        m.register_forward_hook(post)
+        for p in m.parameters(recurse=False):
+            p.register_hook(lambda g, m=m: done.__setitem__(m, time.perf_counter()))
+    loss_fn = nn.CrossEntropyLoss()
+    x = torch.randn(batch, 3, image, image)
+    y = torch.randint(0, 10, (batch,))
+    bwd = {m: [] for m in layers}
+    for _ in range(iterations):
+        done.clear()
+        out = model(x)
+        t0 = time.perf_counter()
+        loss_fn(out, y).backward()
+        prev = t0
+        for m, t in sorted(done.items(), key=lambda kv: kv[1]):
+            bwd[m].append(t - prev)
+            prev = t
+        model.zero_grad()
+
+    def median(v: List[float]) -> float:
+        v = sorted(v[1:] or v)  # the first iteration warms up
+        return v[len(v) // 2] if v else 0.0
+    return [(median(fwd.get(m, [])), median(bwd[m])) for m in order]
+
+
+class _Wait(torch.autograd.Function):
+    """Forward waits fwd_s, backward bwd_s; gradients of the real shapes."""
+
+    @staticmethod
+    def forward(ctx, x, fwd_s, bwd_s, *params):
+        ctx.bwd_s = bwd_s
+        ctx.shapes = [p.shape for p in params]
+        time.sleep(fwd_s)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.bwd_s)
+        scale = float(grad.sum()) * 1e-6
+        return (grad, None, None) + tuple(torch.full(s, scale) for s in ctx.shapes)
+
+
+class EmulatedLayer(nn.Module):
+    """A real layer's parameters (1/divisor of each, flattened) and its measured time."""
+
+    def __init__(self, real: nn.Module, fwd_s: float, bwd_s: float, divisor: int) -> None:
+        super().__init__()
+        self.params = nn.ParameterList([nn.Parameter(p.detach().reshape(-1)[:max(1, -(-p.numel() // divisor))].clone())
+                                        for p in real.parameters(recurse=False)])
+        self.fwd_s, self.bwd_s = fwd_s, bwd_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _Wait.apply(x, self.fwd_s, self.bwd_s, *self.params)
+
+
+class EmulatedModel(nn.Module):
+    def __init__(self, name: str, times: List[Tuple[float, float]], scale: float, divisor: int) -> None:
+        super().__init__()
+        real = layers_of(make_model(name))
+        order = real[:len(times)]
+        self.layers = nn.ModuleList(EmulatedLayer(m, f * scale, b * scale, divisor)
+                                    for m, (f, b) in zip(order, times))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
+    torch.manual_seed(0)
+    if args.compute == "emulated":
+        model = EmulatedModel(args.model, times, args.compute_scale, args.byte_divisor)
+        x = torch.ones(1, requires_grad=False)
+        y = None
+    else:
+        model = make_model(args.model)
+        x = torch.randn(args.batch, 3, args.image, args.image)
+        y = torch.randint(0, 10, (args.batch,))
+    loss_fn = nn.CrossEntropyLoss()
+    opt_base = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if mode == "ddp":
+        before = mt.find_tcp_sockets()
+        group = dist.new_group()
+        dist.barrier(group=group)
+        mt.pin_congestion_control([fd for fd in mt.find_tcp_sockets() if fd not in before], args.baseline_cc)
+        net = nn.parallel.DistributedDataParallel(model, process_group=group)
+        opt = opt_base
+    else:
+        lanes = 1 if mode == "one-lane" else args.lanes
+        cc = "mercury" if mode == "full" else args.baseline_cc
+        opt = mt.DistributedOptimizer(model, opt_base, lanes=lanes, congestion_control=cc)
+        if lanes > 1 and len(opt.lanes) != lanes:
+            raise RuntimeError(f"{mode}: got {len(opt.lanes)} lanes: {opt.reason_single_lane}")
+        net = model
+
+    def one_step() -> None:
+        opt.zero_grad()
+        out = net(x)
+        loss = out.sum() if y is None else loss_fn(out, y)
+        loss.backward()
+        opt.step()
+
+    cpu0 = os.times()
+    for _ in range(args.warmup):
+        one_step()
+    dist.barrier()
+    t0, c0 = time.perf_counter(), os.times()
+    for _ in range(args.iterations):
+        one_step()
+    if mode != "ddp":
+        opt.synchronize()
+    elapsed = time.perf_counter() - t0
+    c1 = os.times()
+    waited = getattr(opt, "wait_s", None)
+    if mode != "ddp":
+        opt.close()
+    else:
+        del net
+        dist.destroy_process_group(group)
+    del cpu0
+    return {"iteration_s": elapsed / args.iterations,
+            "wait_s": waited / (args.iterations + args.warmup) if waited is not None else None,
+            "cpu_util": ((c1.user - c0.user) + (c1.system - c0.system)) / elapsed}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--world", type=int, required=True)
+    ap.add_argument("--master", required=True, help="ADDR:PORT of worker 0")
+    ap.add_argument("--model", default="resnet18")
+    ap.add_argument("--compute", choices=["emulated", "real"], default="emulated")
+    ap.add_argument("--compute-s", type=float, default=0.0,
+                    help="emulated compute per iteration (forward + backward), seconds; 0: as measured")
+    ap.add_argument("--byte-divisor", type=int, default=1,
+                    help="emulated: each parameter tensor holds 1/D of its elements (a D times faster link)")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--image", type=int, default=32)
+    ap.add_argument("--lanes", type=int, default=mt.DEFAULT_LANES)
+    ap.add_argument("--baseline-cc", default="cubic")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--label", default="")
+    args = ap.parse_args()
+
+    torch.set_num_threads(1)
+    times = calibrate(args.model, args.batch, args.image) if args.rank == 0 and args.compute == "emulated" else []
+    dist.init_process_group("gloo", init_method=f"tcp://{args.master}", rank=args.rank, world_size=args.world)
+    n = torch.tensor([len(times)], dtype=torch.int64)
+    dist.broadcast(n, src=0)
+    t = torch.tensor(times if times else [(0.0, 0.0)] * int(n.item()), dtype=torch.float64)
+    dist.broadcast(t, src=0)
+    times = [tuple(row) for row in t.tolist()]
+    measured = sum(f + b for f, b in times)
+    args.compute_scale = args.compute_s / measured if args.compute_s > 0 and measured > 0 else 1.0
+    if args.compute != "emulated":
+        args.byte_divisor = 1
+    model_bytes = sum(p.numel() * p.element_size()
+                      for p in (EmulatedModel(args.model, times, 1.0, args.byte_divisor) if args.compute == "emulated"
+                                else make_model(args.model)).parameters())
+    compute_s = sum(f + b for f, b in times) * args.compute_scale if args.compute == "emulated" else None
+    modes = args.modes.split(",")
+    for rep in range(args.repeats):
+        for mode in modes:
+            r = run_mode(mode, args, times)
+            if args.rank == 0:
+                print(json.dumps({"label": args.label, "model": args.model, "compute": args.compute,
+                                  "workers": args.world, "mode": mode, "repeat": rep,
+                                  "cc": "mercury" if mode == "full" else args.baseline_cc,
+                                  "model_bytes": model_bytes, "byte_divisor": args.byte_divisor,
+                                  "compute_s": compute_s, **r}), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -93,7 +93,7 @@ static struct mercury_net *mercury_net_of(const struct sock *sk)
 static void mercury_refresh_prio(struct sock *sk, struct mercury_sock *ca,
 				 struct mercury_net *mn)
 {
-	u32 gen = READ_ONCE(mn->gen);
+	u32 gen = smp_load_acquire(&mn->gen);	/* then the table it publishes */
 	u32 tag = READ_ONCE(sk->sk_priority);
 	struct mercury_prio prio;
 

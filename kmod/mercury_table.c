@@ -139,9 +139,14 @@ static void mercury_entry_remove(struct mercury_net *mn, struct mercury_entry *e
 	call_rcu(&e->rcu, mercury_entry_free_rcu);
 }
 
+/*
+ * Publishes a change: pairs with the smp_load_acquire() in
+ * mercury_refresh_prio(), so a flow that sees the new gen also sees the
+ * table as it is after the change. Caller holds mn->lock.
+ */
 static void mercury_bump_gen(struct mercury_net *mn)
 {
-	WRITE_ONCE(mn->gen, mn->gen + 1);
+	smp_store_release(&mn->gen, mn->gen + 1);
 }
 
 int mercury_entry_set(struct mercury_net *mn, const struct mercury_key *key,
@@ -164,6 +169,17 @@ int mercury_entry_set(struct mercury_net *mn, const struct mercury_key *key,
 
 	spin_lock_bh(&mn->lock);
 	e = mercury_find_rcu(mn, key);
+	if (e && e->rank == rank && e->weight == weight) {
+		/*
+		 * The agent's periodic refresh: only the lifetime moves, in
+		 * place, and gen stays, so flows keep what they resolved
+		 * (they look again when their cached expiry passes).
+		 */
+		WRITE_ONCE(e->expires, expires);
+		spin_unlock_bh(&mn->lock);
+		mercury_entry_free_rcu(&fresh->rcu);
+		return 0;
+	}
 	if (e) {
 		/* Readers see either the old or the new entry, never a mix. */
 		hlist_replace_rcu(&e->node, &fresh->node);

@@ -218,5 +218,26 @@ test_bad_input() {
 		[ "$(ctl bad params | awk '$1 == "cwnd_floor" { print $2 }')" = 2 ]
 }
 
+# The agent re-sets every entry before it expires: such a refresh (same rank
+# and weight) must not make every flow of the netns resolve its entry again.
+table_gen_of() { ctl "$1" stats | awk '$1 == "table_gen" { print $2 }'; }
+test_refresh_in_place() {
+	$IP netns add ref
+	ctl ref tag set 7 2 --weight 32
+	ctl ref flow set --cookie 4242 3
+	local g0 g1 g2
+	g0=$(table_gen_of ref)
+	ctl ref tag set 7 2 --weight 32
+	ctl ref flow set --cookie 4242 3
+	g1=$(table_gen_of ref)
+	ctl ref tag set 7 1 --weight 32
+	g2=$(table_gen_of ref)
+	expect table/refresh-keeps-gen "same rank and weight again: table_gen $g0 -> $g1" [ "$g1" = "$g0" ]
+	expect table/change-moves-gen "rank 2 -> 1: table_gen $g1 -> $g2" [ "$g2" = $((g1 + 1)) ]
+	local rank
+	rank=$(ctl ref dump | awk '$1 == "tag" && $2 == 7 { print $4 }')
+	expect table/change-applied "tag 7 at rank $rank" [ "$rank" = 1 ]
+}
+
 BEHAVIOUR_TESTS="select_sysctl select_socket fair_untagged precedence_same_host weights cross_host
-	retag_midflight flow_entries expiry starvation_guard bad_input"
+	retag_midflight flow_entries expiry starvation_guard bad_input refresh_in_place"

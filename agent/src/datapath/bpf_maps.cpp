@@ -230,7 +230,7 @@ Status BpfMaps::update_config(const std::function<void(mercury_bpf_config&)>& ch
 // first: where the config map has no room for it, nothing is written. Then
 // gen moves, and flows, which cache what they resolved until gen changes (or
 // 20 ms pass), look again.
-Status BpfMaps::change_table(const std::function<Status()>& write)
+Status BpfMaps::change_table(const std::function<Status(bool& moved)>& write)
 {
     const ConfigLock lock;
     if (!lock.held())
@@ -238,11 +238,30 @@ Status BpfMaps::change_table(const std::function<Status()>& write)
     mercury_bpf_config cfg = config();
     if (Status s = store_config(cfg); !s)
         return s;
-    if (Status s = write(); !s)
+    bool moved = true;  // false: a refresh of the same rank and weight
+    if (Status s = write(moved); !s)
         return s;
+    if (!moved)
+        return {};
     ++cfg.gen;
     return store_config(cfg);
 }
+
+namespace {
+
+// Writes @e at @key of @map; @moved is false when only its lifetime changed.
+template <typename Key>
+Status put_entry(int map, const Key& key, const mercury_bpf_entry& e, bool& moved, const char* what)
+{
+    mercury_bpf_entry old{};
+    moved = !(bpf_map_lookup_elem(map, &key, &old) == 0 && old.rank == e.rank && old.weight == e.weight);
+    if (bpf_map_update_elem(map, &key, &e, BPF_ANY) != 0)
+        return errno == E2BIG ? Status{-ENOSPC, std::string("the BPF ") + what + " map is full"}
+                              : errno_status(std::string("cannot set the ") + what);
+    return {};
+}
+
+}  // namespace
 
 Status BpfMaps::entry_for(const Priority& prio, mercury_bpf_entry& out) const
 {
@@ -292,17 +311,13 @@ Status BpfMaps::set_tag(uint32_t tag, const Priority& prio)
     if (Status s = entry_for(prio, e); !s)
         return s;
     const mercury_bpf_tag_key k{netns_, tag, 0};
-    return change_table([&]() -> Status {
-        if (bpf_map_update_elem(tags_.get(), &k, &e, BPF_ANY) != 0)
-            return errno == E2BIG ? Status{-ENOSPC, "the BPF tag map is full"} : errno_status("cannot set the tag");
-        return {};
-    });
+    return change_table([&](bool& moved) { return put_entry(tags_.get(), k, e, moved, "tag"); });
 }
 
 Status BpfMaps::del_tag(uint32_t tag)
 {
     const mercury_bpf_tag_key k{netns_, tag, 0};
-    return change_table([&]() -> Status {
+    return change_table([&](bool&) -> Status {
         if (bpf_map_delete_elem(tags_.get(), &k) != 0)
             return errno == ENOENT ? Status{-ENOENT, "no such tag entry"} : errno_status("cannot delete the tag");
         return {};
@@ -317,11 +332,7 @@ Status BpfMaps::set_flow(const FlowKey& key, const Priority& prio)
     mercury_bpf_entry e;
     if (Status s = entry_for(prio, e); !s)
         return s;
-    return change_table([&]() -> Status {
-        if (bpf_map_update_elem(flows_.get(), &*k, &e, BPF_ANY) != 0)
-            return errno == E2BIG ? Status{-ENOSPC, "the BPF flow map is full"} : errno_status("cannot set the flow");
-        return {};
-    });
+    return change_table([&](bool& moved) { return put_entry(flows_.get(), *k, e, moved, "flow"); });
 }
 
 Status BpfMaps::del_flow(const FlowKey& key)
@@ -329,7 +340,7 @@ Status BpfMaps::del_flow(const FlowKey& key)
     const auto k = flow_key(key);
     if (!k)
         return Status{-EINVAL, "a flow needs a non-zero cookie or a complete address tuple of one family"};
-    return change_table([&]() -> Status {
+    return change_table([&](bool&) -> Status {
         if (bpf_map_delete_elem(flows_.get(), &*k) != 0)
             return errno == ENOENT ? Status{-ENOENT, "no such flow entry"} : errno_status("cannot delete the flow");
         return {};
@@ -338,7 +349,7 @@ Status BpfMaps::del_flow(const FlowKey& key)
 
 Status BpfMaps::flush()
 {
-    return change_table([&]() -> Status {
+    return change_table([&](bool&) -> Status {
         for (const auto& k : all_keys<mercury_bpf_tag_key>(tags_.get()))
             if (k.netns == netns_)
                 bpf_map_delete_elem(tags_.get(), &k);

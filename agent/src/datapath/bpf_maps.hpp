@@ -74,7 +74,7 @@ private:
     BpfMaps() = default;
     mercury_bpf_config config() const;
     Status store_config(const mercury_bpf_config& cfg);
-    Status change_table(const std::function<Status()>& write);
+    Status change_table(const std::function<Status(bool& moved)>& write);
     Status update_config(const std::function<void(mercury_bpf_config&)>& change);
     Status entry_for(const Priority& prio, mercury_bpf_entry& out) const;
     std::optional<mercury_bpf_flow_key> flow_key(const FlowKey& key) const;

@@ -5,8 +5,10 @@
 # build tools, user-space libraries, clang-14 for the BPF datapath and the fuzzer
 # (the version Debian 12 ships and that builds both), qemu, and the Debian 6.1
 # cloud kernel headers the module is built against, and Debian's PyTorch for
-# mercury.torch. The matching kernel *image* for the test VM is fetched
-# by scripts/fetch-guest-kernel.sh (not installed: that would pull in initramfs-tools).
+# mercury.torch. The matching kernel *image* for the test VM is fetched by
+# scripts/fetch-guest-kernel.sh, and the 6.12 headers the module is also
+# compiled against by scripts/fetch-headers-6.12.sh (neither is installed:
+# that would pull in initramfs-tools and upgrade systemd).
 set -euo pipefail
 
 PKGS=(

@@ -18,6 +18,14 @@ if ! make --no-print-directory kmod user; then
 	exit 1
 fi
 
+step "module against Debian's 6.12 cloud headers (compile only: 6.12 does not boot under this qemu)"
+if kdir612=$(scripts/fetch-headers-6.12.sh 2>"$BUILD/fetch-headers.log") &&
+	scripts/kmod-compile-check.sh "$kdir612"; then
+	passed=$((passed + 1))
+else
+	failed=$((failed + 1))
+fi
+
 step "unit tests (ctest)"
 ctest_log=$(mktemp)
 (cd "$BUILD/user" && ctest --output-on-failure) | tee "$ctest_log"
@@ -40,29 +48,27 @@ else
 fi
 echo "$fuzz_out"
 
+# suite NAME LOG CMD...: runs a suite printing PASS/FAIL lines and a closing
+# "NAME: ..." line, shows its summary lines and adds up what it counted.
+suite() {
+	local name=$1 log=$2 p f
+	shift 2
+	"$@" 2>&1 | tee "$log" | grep -E "^(PASS|FAIL|==|$name:)"
+	p=$(grep -c '^PASS ' "$log" || true)
+	f=$(grep -c '^FAIL ' "$log" || true)
+	if ! grep -q "^$name: " "$log"; then
+		echo "FAIL $name: the suite did not finish"
+		f=$((f + 1))
+	fi
+	passed=$((passed + p))
+	failed=$((failed + f))
+}
+
 step "BPF datapath: the eBPF struct_ops program on this host's kernel, in netns"
-bpf_log="$BUILD/bpf-tests.log"
-tests/native/bpf_tests.sh "$BUILD/user/guest-bin" 2>&1 | tee "$bpf_log" | grep -E '^(PASS|FAIL|==|bpf:)'
-bpf_passed=$(grep -c '^PASS ' "$bpf_log" || true)
-bpf_failed=$(grep -c '^FAIL ' "$bpf_log" || true)
-if ! grep -q '^bpf: ' "$bpf_log"; then
-	echo "FAIL bpf: the suite did not finish"
-	bpf_failed=$((bpf_failed + 1))
-fi
-passed=$((passed + bpf_passed))
-failed=$((failed + bpf_failed))
+suite bpf "$BUILD/bpf-tests.log" tests/native/bpf_tests.sh "$BUILD/user/guest-bin"
 
 step "PyTorch: mercury.torch against DDP, lanes in the BPF datapath"
-torch_log="$BUILD/torch-tests.log"
-tests/torch/run.sh "$BUILD/user/guest-bin" 2>&1 | tee "$torch_log" | grep -E '^(PASS|FAIL|torch:)'
-torch_passed=$(grep -c '^PASS ' "$torch_log" || true)
-torch_failed=$(grep -c '^FAIL ' "$torch_log" || true)
-if ! grep -q '^torch: ' "$torch_log"; then
-	echo "FAIL torch: the checks did not finish"
-	torch_failed=$((torch_failed + 1))
-fi
-passed=$((passed + torch_passed))
-failed=$((failed + torch_failed))
+suite torch "$BUILD/torch-tests.log" tests/torch/run.sh "$BUILD/user/guest-bin"
 
 step "VM tests: tcp_mercury in Debian's 6.1 cloud kernel under qemu"
 vm_log="$BUILD/vm-tests.log"

@@ -280,7 +280,11 @@ int cmd_status(Args& args, bool json)
         mercury::proto::StatusRequest{json ? mercury::proto::StatusFormat::kJson : mercury::proto::StatusFormat::kText});
     std::vector<uint8_t> buf;
     int rc = kExitRefused;
-    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    // Read whatever the agent answers even if the request could not be
+    // written: an agent that refuses us (EBUSY) may have closed already,
+    // with its reason waiting in our receive queue.
+    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    {
         uint8_t chunk[65536];
         for (;;) {
             const auto d = mercury::proto::decode(buf);

@@ -181,17 +181,20 @@ Status set_tag_4242(GenlClient& nl)
     return nl.set_tag(4242, mercury::Priority{1, {}, {}});
 }
 
-// CTRL_CMD_GETPOLICY for our family, as a dump over a plain netlink socket
-// with extended acks on: the kernel writes out every policy entry, which is
-// where an integer attribute checked by a validate function would WARN.
-// Returns the number of policy messages, or a negative errno.
-long dump_policy()
+// A raw generic netlink socket with extended acks on, or -errno.
+int open_genl_socket()
 {
     const int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_GENERIC);
     if (fd < 0)
         return -errno;
     const int one = 1;
     setsockopt(fd, SOL_NETLINK, NETLINK_EXT_ACK, &one, sizeof(one));
+    return fd;
+}
+
+// Sends nlctrl's @cmd naming our family; false (errno set) if it did not go out.
+bool send_ctrl_request(int fd, uint8_t cmd, uint16_t flags)
+{
     struct {
         nlmsghdr nlh;
         genlmsghdr genl;
@@ -200,14 +203,26 @@ long dump_policy()
     } req{};
     req.nlh.nlmsg_len = sizeof(req);
     req.nlh.nlmsg_type = GENL_ID_CTRL;
-    req.nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+    req.nlh.nlmsg_flags = NLM_F_REQUEST | flags;
     req.nlh.nlmsg_seq = 1;
-    req.genl.cmd = CTRL_CMD_GETPOLICY;
+    req.genl.cmd = cmd;
     req.genl.version = 2;
     req.name_attr.nla_type = CTRL_ATTR_FAMILY_NAME;
     req.name_attr.nla_len = NLA_HDRLEN + sizeof(MERCURY_GENL_NAME);
     std::memcpy(req.name, MERCURY_GENL_NAME, sizeof(MERCURY_GENL_NAME));
-    if (send(fd, &req, sizeof(req), 0) != static_cast<ssize_t>(sizeof(req))) {
+    return send(fd, &req, sizeof(req), 0) == static_cast<ssize_t>(sizeof(req));
+}
+
+// CTRL_CMD_GETPOLICY for our family, as a dump with extended acks on: the
+// kernel writes out every policy entry, which is where an integer attribute
+// checked by a validate function would WARN. Returns the number of policy
+// messages, or a negative errno.
+long dump_policy()
+{
+    const int fd = open_genl_socket();
+    if (fd < 0)
+        return fd;
+    if (!send_ctrl_request(fd, CTRL_CMD_GETPOLICY, NLM_F_DUMP)) {
         const int err = errno;
         close(fd);
         return -err;
@@ -390,11 +405,9 @@ public:
 
     bool open()
     {
-        fd_ = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_GENERIC);
+        fd_ = open_genl_socket();
         if (fd_ < 0)
             return false;
-        const int one = 1;
-        setsockopt(fd_, SOL_NETLINK, NETLINK_EXT_ACK, &one, sizeof(one));
         const int rcvbuf = 1 << 20;
         setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
         family_ = resolve();
@@ -476,21 +489,7 @@ private:
 
     int resolve()
     {
-        struct {
-            nlmsghdr nlh;
-            genlmsghdr genl;
-            nlattr name_attr;
-            char name[NLA_ALIGN(sizeof(MERCURY_GENL_NAME))];
-        } req{};
-        req.nlh.nlmsg_len = sizeof(req);
-        req.nlh.nlmsg_type = GENL_ID_CTRL;
-        req.nlh.nlmsg_flags = NLM_F_REQUEST;
-        req.genl.cmd = CTRL_CMD_GETFAMILY;
-        req.genl.version = 2;
-        req.name_attr.nla_type = CTRL_ATTR_FAMILY_NAME;
-        req.name_attr.nla_len = NLA_HDRLEN + sizeof(MERCURY_GENL_NAME);
-        std::memcpy(req.name, MERCURY_GENL_NAME, sizeof(MERCURY_GENL_NAME));
-        if (send(fd_, &req, sizeof(req), 0) < 0)
+        if (!send_ctrl_request(fd_, CTRL_CMD_GETFAMILY, 0))
             return -1;
         char buf[8192];
         const ssize_t n = recv(fd_, buf, sizeof(buf), 0);

@@ -65,6 +65,7 @@ def main() -> int:
         bound, comm = lower_bound(any_run)
         by_repeat = {m: {r["repeat"]: r["iteration_s"] for r in rs} for m, rs in modes.items()}
         point = {"setup": label, "rate_mbit": rate, "workers": any_run["workers"], "model": any_run["model"],
+                 "byte_divisor": any_run.get("byte_divisor", 1),
                  "model_bytes": any_run["model_bytes"], "compute_s": any_run["compute_s"],
                  "comm_bound_s": comm, "bound_s": bound, "modes": {}}
         for mode in [m for m in MODES if m in modes]:
@@ -130,11 +131,14 @@ def plot(summary: List[dict], prefix: str) -> None:
             cols = [f"{p['modes'][m]['mean_s']:.4f} {p['modes'][m]['ci95_s']:.4f}" if m in p["modes"] else "NaN NaN"
                     for m in MODES]
             f.write(f"{p['rate_mbit']} {p['bound_s']:.4f} " + " ".join(cols) + "\n")
+    divisor = emulated[0].get("byte_divisor", 1)
     series = ", ".join(f"'{data}' using 1:{3 + 2 * i}:{4 + 2 * i} with yerrorlines title '{m}'"
                        for i, m in enumerate(MODES))
     script = (f"set terminal pngcairo size 900,560; set output '{prefix}.png'; set logscale x 2;"
-              f"set xlabel 'link rate (Mbit/s)'; set ylabel 'iteration time (s), mean and 95% CI';"
-              f"set title '{emulated[0]['model']}, {emulated[0]['workers']} workers, emulated compute';"
+              f"set xlabel 'link rate (Mbit/s), bytes /{divisor}: stands for {divisor}x the rate';"
+              f"set ylabel 'iteration time (s), mean and 95% CI';"
+              f"set title '{emulated[0]['model']}, {emulated[0]['workers']} workers, emulated compute "
+              f"({emulated[0]['compute_s']:.2f} s)';"
               f"set key top right; set grid; plot {series}, '{data}' using 1:2 with lines dt 2 lw 2 title 'lower bound'")
     try:
         subprocess.run(["gnuplot", "-e", script], check=True, capture_output=True, timeout=60)

@@ -81,11 +81,14 @@ linkcheck() {
 		flows+=($!)
 	done
 	sleep 1
-	a=$(for i in $(seq 0 $((workers - 1))); do tc -n "mc-w$i" -s qdisc show dev eth0 | awk '/Sent/ { print $2; exit }'; done)
+	# Bytes each uplink's tbf sent, with the time each was read.
+	sent() { for i in $(seq 0 $((workers - 1))); do
+		tc -n "mc-w$i" -s qdisc show dev eth0 | awk -v t="$(date +%s.%N)" '/Sent/ { print t, $2; exit }'; done; }
+	a=$(sent)
 	sleep 3
-	b=$(for i in $(seq 0 $((workers - 1))); do tc -n "mc-w$i" -s qdisc show dev eth0 | awk '/Sent/ { print $2; exit }'; done)
+	b=$(sent)
 	for pid in "${flows[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-	paste <(echo "$a") <(echo "$b") | awk -v r="$rate" '{ u = ($2 - $1) * 8 / (3 * r * 1e6); if (NR == 1 || u < m) m = u }
+	paste -d' ' <(echo "$a") <(echo "$b") | awk -v r="$rate" '{ u = ($4 - $2) * 8 / (($3 - $1) * r * 1e6); if (NR == 1 || u < m) m = u }
 		END { printf "link check: min uplink utilisation %.3f at %d Mbit/s (%s)\n", m, r, (m >= 0.9) ? "ok" : "LOW: CPU-bound, results suspect" }'
 }
 
@@ -113,7 +116,7 @@ run_point() {
 			/usr/bin/python3 "$top/tests/torch/bench_worker.py" --rank "$i" --world "$workers" \
 			--master 10.3.0.10:29500 --model "$MODEL" --baseline-cc "$BASELINE_CC" --label "$label" \
 			--warmup "$WARMUP" --iterations "$ITERATIONS" --modes "$MODES" --lanes "$LANES" "${@:2}" \
-			> >(if [ "$i" = 0 ]; then sed "s/}\$/, \"rate_mbit\": $rate}/" | tee -a "$runs"; else cat >>"$log"; fi) \
+			> >(if [ "$i" = 0 ]; then sed -u "s/}\$/, \"rate_mbit\": $rate}/" | tee -a "$runs"; else cat >>"$log"; fi) \
 			2>>"$log" &
 		pids+=($!)
 	done

@@ -371,8 +371,8 @@ class DistributedOptimizer:
     # -- hooks --------------------------------------------------------------
 
     def _pre_forward(self, module: torch.nn.Module, _inputs: object) -> None:
-        if module is self._order[0] if self._order else False:
-            self._forward_start = time.perf_counter()
+        if self._order and module is self._order[0]:
+            self._forward_start = time.perf_counter()  # for the trace
         if not self._buckets:
             if module not in self._order:
                 self._order.append(module)
@@ -540,6 +540,9 @@ class DistributedOptimizer:
         self.lanes.close()
         if self._owns_client:
             self.client.close()
+        if self._trace_file:
+            self._trace_file.close()
+            self._trace_file = None
 
     # -- timings and ranks ---------------------------------------------------
 

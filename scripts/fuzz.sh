@@ -12,7 +12,9 @@ mkdir -p "$out/corpus"
 clang++-14 -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	-Iagent/src tests/fuzz/fuzz_protocol.cpp agent/src/protocol/wire.cpp agent/src/flow_key.cpp \
 	-o "$out/fuzz_protocol"
-if "$out/fuzz_protocol" -max_total_time="$secs" -seed=1 -print_final_stats=1 "$out/corpus" >"$out/fuzz.log" 2>&1; then
+# tests/fuzz/regressions: inputs that once crashed the decoder, replayed first.
+if "$out/fuzz_protocol" -max_total_time="$secs" -seed=1 -print_final_stats=1 "$out/corpus" tests/fuzz/regressions \
+	>"$out/fuzz.log" 2>&1; then
 	echo "PASS fuzz/protocol-decoder  # $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/fuzz.log" | grep -o '[0-9]*$') inputs in ${secs}s, corpus $(ls "$out/corpus" | wc -l)"
 else
 	echo "FAIL fuzz/protocol-decoder: see $out/fuzz.log"

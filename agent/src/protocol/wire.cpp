@@ -69,7 +69,8 @@ public:
     }
     void bytes(uint8_t* p, size_t n)
     {
-        if (need(n)) {
+        // n == 0: p may be an empty vector's null data(); memcpy must not see it.
+        if (n && need(n)) {
             std::memcpy(p, in_.data() + pos_, n);
             pos_ += n;
         }

@@ -39,6 +39,7 @@
 /* Per-flow state; lives in icsk_ca_priv. */
 struct mercury_sock {
 	u64 held_since_us;	/* tcp_mstamp when the current hold began */
+	struct mercury_ss_round ss;	/* HyStart's delay test, this round */
 	u32 table_gen;		/* mn->gen the priority was resolved at */
 	u32 tag;		/* sk_priority the priority was resolved for */
 	unsigned long expires;	/* jiffies: entry lifetime, if FOUND */
@@ -234,8 +235,9 @@ static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 	mercury_refresh_prio(sk, ca, mn);
 	/* Delay seen while holding others is their queue draining. */
 	if (sample->rtt_us > 0 &&
-	    mercury_slow_start_done(tcp_snd_cwnd(tp), tp->snd_ssthresh,
-				    sample->rtt_us, tcp_min_rtt(tp)) &&
+	    mercury_slow_start_done(&ca->ss, tcp_snd_cwnd(tp), tp->snd_ssthresh,
+				    sample->rtt_us, tcp_min_rtt(tp), tp->snd_una,
+				    tp->snd_nxt) &&
 	    !mercury_preempting(mn->last_active_us, ca->rank, now_us,
 				mercury_hold_window_us(tp->srtt_us >> 3)))
 		tp->snd_ssthresh = tcp_snd_cwnd(tp);

@@ -90,24 +90,53 @@ static inline void mercury_increase(struct mercury_window *w, __u32 acked,
 		w->cwnd = clamp;
 }
 
-/* HyStart's delay test: leave slow start once an RTT sample exceeds the
- * minimum by clamp(min/8, 4 ms, 16 ms), for windows of at least 16 packets. */
+/*
+ * HyStart's delay test, as tcp_cubic does it: leave slow start once the
+ * smallest of a round's first MERCURY_SS_SAMPLES RTT samples exceeds the
+ * minimum by clamp(min/8, 4 ms, 16 ms), for windows of at least 16 packets.
+ * A round ends when what was in flight at its start is acked. Taking the
+ * round's minimum, not any one sample, keeps a single delayed ACK (a
+ * scheduling stall) from ending slow start for one flow of a pair, which
+ * then starts congestion avoidance at a fraction of the other's window.
+ */
 #define MERCURY_SS_LOW_WINDOW		16
+#define MERCURY_SS_SAMPLES		8
 #define MERCURY_SS_DELAY_MIN_US		4000
 #define MERCURY_SS_DELAY_MAX_US		16000
 
-static inline int mercury_slow_start_done(__u32 cwnd, __u32 ssthresh,
-					  __u32 rtt_us, __u32 min_rtt_us)
+struct mercury_ss_round {
+	__u32 end_seq;		/* snd_nxt when the round began */
+	__u32 rtt_us;		/* smallest sample of the round so far */
+	__u32 samples;		/* samples taken this round, up to MERCURY_SS_SAMPLES */
+};
+
+static inline int mercury_slow_start_done(struct mercury_ss_round *r, __u32 cwnd,
+					  __u32 ssthresh, __u32 rtt_us,
+					  __u32 min_rtt_us, __u32 snd_una,
+					  __u32 snd_nxt)
 {
 	__u32 eta = min_rtt_us / 8;
 
-	if (cwnd >= ssthresh || cwnd < MERCURY_SS_LOW_WINDOW || !min_rtt_us)
+	if (cwnd >= ssthresh || !min_rtt_us)
+		return 0;
+	/* Zeroed state, or everything sent when the round began acked: a new round. */
+	if ((!r->samples && !r->rtt_us) || (__s32)(snd_una - r->end_seq) >= 0) {
+		r->end_seq = snd_nxt;
+		r->rtt_us = ~0U;
+		r->samples = 0;
+	}
+	if (r->samples < MERCURY_SS_SAMPLES) {
+		r->samples++;
+		if (rtt_us < r->rtt_us)
+			r->rtt_us = rtt_us;
+	}
+	if (cwnd < MERCURY_SS_LOW_WINDOW || r->samples < MERCURY_SS_SAMPLES)
 		return 0;
 	if (eta < MERCURY_SS_DELAY_MIN_US)
 		eta = MERCURY_SS_DELAY_MIN_US;
 	if (eta > MERCURY_SS_DELAY_MAX_US)
 		eta = MERCURY_SS_DELAY_MAX_US;
-	return rtt_us > min_rtt_us + eta;
+	return r->rtt_us > min_rtt_us + eta;
 }
 
 /* ssthresh after a loss: Reno's half for weight <= UNIT, 1/(2N) for N units. */

@@ -41,6 +41,7 @@ char _license[] SEC("license") = "GPL";
 struct mercury_sock {
 	__u64 held_since_us;	/* tcp_mstamp when the current hold began */
 	__u64 valid_until_ns;	/* look the priority up again after this */
+	struct mercury_ss_round ss;	/* HyStart's delay test, this round */
 	__u32 table_gen;	/* config gen the priority was resolved at */
 	__u32 tag;		/* sk_priority the priority was resolved for */
 	__u32 saved_cwnd;	/* packets: cwnd before the hold */
@@ -396,8 +397,9 @@ void BPF_PROG(mercury_pkts_acked, struct sock *sk,
 	mercury_refresh_prio(sk, ca, netns, cfg);
 	/* Delay seen while holding others is their queue draining. */
 	if (rtt_us > 0 &&
-	    mercury_slow_start_done(tp->snd_cwnd, tp->snd_ssthresh, rtt_us,
-				    tcp_min_rtt(tp)) &&
+	    mercury_slow_start_done(&ca->ss, tp->snd_cwnd, tp->snd_ssthresh,
+				    rtt_us, tcp_min_rtt(tp), tp->snd_una,
+				    tp->snd_nxt) &&
 	    !(st && mercury_preempting(st->last_active_us, ca->rank, now_us,
 				       window_us)))
 		tp->snd_ssthresh = tp->snd_cwnd;

@@ -190,19 +190,52 @@ TEST_CASE("sanitize repairs windows the CC did not set", "[core]")
     CHECK(huge.ssthresh == 2);
 }
 
+namespace {
+
+// One round of @n samples of @rtt_us (snd_una past the previous round's end).
+int ss_round(mercury_ss_round& r, __u32 cwnd, __u32 ssthresh, __u32 rtt_us, __u32 min_rtt_us, int n = 8)
+{
+    static __u32 una = 1000;
+    int done = 0;
+    una += 100'000;
+    for (int i = 0; i < n; ++i)
+        done = mercury_slow_start_done(&r, cwnd, ssthresh, rtt_us, min_rtt_us, una + i, una + 50'000);
+    return done;
+}
+
+}  // namespace
+
 TEST_CASE("slow start ends on a delay rise, as HyStart's delay test", "[core]")
 {
+    mercury_ss_round r{};
     // min RTT 1 ms: eta is clamped up to 4 ms.
-    CHECK_FALSE(mercury_slow_start_done(100, 0xffffffff, 4900, 1000));
-    CHECK(mercury_slow_start_done(100, 0xffffffff, 5100, 1000));
+    CHECK_FALSE(ss_round(r, 100, 0xffffffff, 4900, 1000));
+    CHECK(ss_round(r, 100, 0xffffffff, 5100, 1000));
     // min RTT 80 ms: eta = 10 ms.
-    CHECK_FALSE(mercury_slow_start_done(100, 0xffffffff, 89000, 80000));
-    CHECK(mercury_slow_start_done(100, 0xffffffff, 91000, 80000));
+    CHECK_FALSE(ss_round(r, 100, 0xffffffff, 89000, 80000));
+    CHECK(ss_round(r, 100, 0xffffffff, 91000, 80000));
     // min RTT 400 ms: eta clamped to 16 ms.
-    CHECK(mercury_slow_start_done(100, 0xffffffff, 417000, 400000));
-    CHECK_FALSE(mercury_slow_start_done(8, 0xffffffff, 90000, 1000));    // small window
-    CHECK_FALSE(mercury_slow_start_done(100, 50, 90000, 1000));          // not in slow start
-    CHECK_FALSE(mercury_slow_start_done(100, 0xffffffff, 90000, 0));     // no min RTT yet
+    CHECK(ss_round(r, 100, 0xffffffff, 417000, 400000));
+    CHECK_FALSE(ss_round(r, 8, 0xffffffff, 90000, 1000));    // small window
+    CHECK_FALSE(ss_round(r, 100, 50, 90000, 1000));          // not in slow start
+    CHECK_FALSE(ss_round(r, 100, 0xffffffff, 90000, 0));     // no min RTT yet
+    CHECK_FALSE(ss_round(r, 100, 0xffffffff, 90000, 1000, 7));   // fewer than 8 samples
+}
+
+TEST_CASE("one delayed ACK does not end slow start; a round of them does", "[core]")
+{
+    mercury_ss_round r{};
+    const __u32 una = 5'000'000, nxt = una + 64'000;
+    // A stall: one sample far above the minimum among quick ones.
+    for (int i = 0; i < 8; ++i)
+        CHECK_FALSE(mercury_slow_start_done(&r, 64, 0xffffffff, i == 3 ? 50'000 : 1'100, 1'000, una + i, nxt));
+    // Next round (snd_una past nxt): every sample delayed, a real queue.
+    int done = 0;
+    for (int i = 0; i < 8; ++i)
+        done = mercury_slow_start_done(&r, 64, 0xffffffff, 9'000 + i, 1'000, nxt + i, nxt + 90'000);
+    CHECK(done);
+    // Samples past the first 8 of a round do not move its minimum.
+    CHECK(mercury_slow_start_done(&r, 64, 0xffffffff, 1'000, 1'000, nxt + 20, nxt + 90'000));
 }
 
 TEST_CASE("a flow knows when it is holding a less urgent rank", "[core]")

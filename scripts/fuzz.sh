@@ -13,11 +13,12 @@ clang++-14 -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-r
 	-Iagent/src tests/fuzz/fuzz_protocol.cpp agent/src/protocol/wire.cpp agent/src/flow_key.cpp \
 	-o "$out/fuzz_protocol"
 # tests/fuzz/regressions: inputs that once crashed the decoder, replayed first.
-if "$out/fuzz_protocol" -max_total_time="$secs" -seed=1 -print_final_stats=1 "$out/corpus" tests/fuzz/regressions \
+if "$out/fuzz_protocol" -max_total_time="$secs" -seed=1 -print_final_stats=1 -artifact_prefix="$out/" \
+	"$out/corpus" tests/fuzz/regressions \
 	>"$out/fuzz.log" 2>&1; then
 	echo "PASS fuzz/protocol-decoder  # $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/fuzz.log" | grep -o '[0-9]*$') inputs in ${secs}s, corpus $(ls "$out/corpus" | wc -l)"
 else
-	echo "FAIL fuzz/protocol-decoder: see $out/fuzz.log"
+	echo "FAIL fuzz/protocol-decoder: see $out/fuzz.log (the input: $out/crash-*; keep it in tests/fuzz/regressions/)"
 	tail -30 "$out/fuzz.log"
 	exit 1
 fi

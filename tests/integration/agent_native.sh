@@ -14,7 +14,7 @@ failed=0
 check() {	# check NAME CMD...
 	local name=$1
 	shift
-	if "$@"; then echo "PASS native/$name"; else echo "FAIL native/$name"; failed=1; fi
+	if "$@"; then echo "PASS native/$name"; else echo "FAIL native/$name"; failed=1; return 1; fi
 }
 cleanup() { kill "$server" "$agent" 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT

@@ -71,12 +71,16 @@ bench-agent: $(INITRD)
 	scripts/vm/run.sh bench-agent $(INITRD)
 
 # The main job: the emulated training cluster, vanilla vs Mercury; first
-# natively with the BPF datapath, then in the VM with tcp_mercury.ko.
+# natively with the BPF datapath (the replayer, then real PyTorch training
+# for a minute), then in the VM with tcp_mercury.ko.
 demo: deps
 	$(MAKE) user
 	@echo "=== natively, BPF datapath"
 	scripts/demo-native.sh $(BUILD)/native-demo.log
 	scripts/report.sh $(BUILD)/native-demo.log $(BUILD)/demo
+	@echo "=== real PyTorch: DDP vs mercury.torch, natively (short; make bench-torch for the sweep)"
+	RATES=50 REPEATS=2 WARMUP=2 ITERATIONS=3 MODES=ddp,one-lane,full SKIP_REAL=1 \
+		scripts/bench-torch.sh $(BUILD)/demo-torch
 	$(MAKE) $(INITRD)
 	@echo "=== in the VM, tcp_mercury.ko"
 	scripts/vm/run.sh demo $(INITRD)

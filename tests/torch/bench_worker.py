@@ -164,7 +164,6 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
         loss.backward()
         opt.step()
 
-    cpu0 = os.times()
     for _ in range(args.warmup):
         one_step()
     dist.barrier()
@@ -181,7 +180,6 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
     else:
         del net
         dist.destroy_process_group(group)
-    del cpu0
     return {"iteration_s": elapsed / args.iterations,
             "wait_s": waited / (args.iterations + args.warmup) if waited is not None else None,
             "cpu_util": ((c1.user - c0.user) + (c1.system - c0.system)) / elapsed}

@@ -334,6 +334,17 @@ static size_t mercury_get_info(struct sock *sk, u32 ext, int *attr,
 	return 0;
 }
 
+/*
+ * Any user may select mercury for a socket, as with reno: that alone gives
+ * no precedence (an unranked flow is a fair loss-based flow); a rank needs a
+ * privileged tag or mercuryd, which checks ownership. Writing
+ * net.ipv4.tcp_allowed_congestion_control without mercury restricts it again.
+ */
+static bool unrestricted = true;
+module_param(unrestricted, bool, 0444);
+MODULE_PARM_DESC(unrestricted,
+		 "let unprivileged processes select mercury per socket, as if listed in net.ipv4.tcp_allowed_congestion_control (default Y)");
+
 static struct tcp_congestion_ops mercury __read_mostly = {
 	.init		= mercury_init,
 	.release	= mercury_release,
@@ -359,6 +370,8 @@ static int __init mercury_register(void)
 	err = mercury_netlink_init();
 	if (err)
 		goto err_table;
+	if (unrestricted)
+		mercury.flags |= TCP_CONG_NON_RESTRICTED;
 	err = tcp_register_congestion_control(&mercury);
 	if (err)
 		goto err_netlink;

@@ -76,7 +76,7 @@ static const struct nla_policy mercury_param_policy[MERCURY_PARAM_MAX + 1] = {
 
 static const struct nla_policy mercury_policy[MERCURY_ATTR_MAX + 1] = {
 	[MERCURY_ATTR_PAD]		= { .type = NLA_REJECT },
-	[MERCURY_ATTR_TAG]		= { .type = NLA_U32 },
+	[MERCURY_ATTR_TAG]		= NLA_POLICY_MIN(NLA_U32, MERCURY_TAG_MIN),
 	[MERCURY_ATTR_RANK]		= NLA_POLICY_MAX(NLA_U8, MERCURY_NUM_RANKS - 1),
 	[MERCURY_ATTR_WEIGHT]		= NLA_POLICY_RANGE(NLA_U16, MERCURY_WEIGHT_MIN,
 							   MERCURY_WEIGHT_MAX),

@@ -89,6 +89,7 @@ void mercury_lookup(struct mercury_net *mn, const struct sock *sk,
 {
 	struct mercury_entry *e = NULL;
 	struct mercury_key tuple, cookie, tag;
+	u32 priority = READ_ONCE(sk->sk_priority);
 
 	prio->found = false;
 	prio->rank = MERCURY_RANK_NONE;
@@ -102,10 +103,12 @@ void mercury_lookup(struct mercury_net *mn, const struct sock *sk,
 		if (!e || !mercury_entry_live(e))
 			e = mercury_find_rcu(mn, &tuple);
 	}
-	if ((!e || !mercury_entry_live(e)) && READ_ONCE(mn->n_tags)) {
+	/* Any process may set SO_PRIORITY below MERCURY_TAG_MIN: no rank. */
+	if ((!e || !mercury_entry_live(e)) && READ_ONCE(mn->n_tags) &&
+	    priority >= MERCURY_TAG_MIN) {
 		memset(&tag, 0, sizeof(tag));
 		tag.kind = MERCURY_KEY_TAG;
-		tag.tag = READ_ONCE(sk->sk_priority);
+		tag.tag = priority;
 		e = mercury_find_rcu(mn, &tag);
 	}
 	if (e && mercury_entry_live(e)) {

@@ -22,6 +22,13 @@
  * A flow entry beats a tag entry. A flow matching neither is *unranked* and
  * behaves as a plain fair loss-based flow. Entries expire TTL_MS after they
  * were last set unless set again.
+ *
+ * Who may claim a rank: any process may set SO_PRIORITY 0..6 on its own
+ * sockets; larger values need CAP_NET_ADMIN over the socket's netns. Tags
+ * start at MERCURY_TAG_MIN (smaller ones get -ERANGE, and the datapaths never
+ * look them up), so a tag names only sockets a privileged process marked.
+ * An unprivileged trainer gets a rank through mercuryd, which requires the
+ * socket's fd as proof that the socket is its own.
  */
 #ifndef _UAPI_MERCURY_H
 #define _UAPI_MERCURY_H
@@ -32,6 +39,7 @@
 
 #define MERCURY_NUM_RANKS	8
 #define MERCURY_RANK_NONE	0xff	/* reported for unranked flows */
+#define MERCURY_TAG_MIN		7	/* SO_PRIORITY above TC_PRIO_INTERACTIVE */
 #define MERCURY_WEIGHT_UNIT	16
 #define MERCURY_WEIGHT_MIN	1
 #define MERCURY_WEIGHT_MAX	1024

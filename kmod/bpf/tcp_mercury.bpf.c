@@ -29,6 +29,9 @@ char _license[] SEC("license") = "GPL";
 #define AF_INET		2
 #define AF_INET6	10
 
+/* include/net/tcp.h: any user may select it (see kmod/mercury_cc.c). */
+#define TCP_CONG_NON_RESTRICTED	0x1
+
 #define MERCURY_F_INIT		0x01
 #define MERCURY_F_HELD		0x02
 #define MERCURY_F_FOUND		0x04
@@ -244,7 +247,8 @@ static __always_inline void mercury_refresh_prio(struct sock *sk,
 		return;
 
 	e = mercury_find_flow(sk, netns, now_ns);
-	if (!e) {
+	/* Any process may set SO_PRIORITY below MERCURY_TAG_MIN: no rank. */
+	if (!e && tag >= MERCURY_TAG_MIN) {
 		__builtin_memset(&tkey, 0, sizeof(tkey));
 		tkey.netns = netns;
 		tkey.tag = tag;
@@ -493,5 +497,6 @@ struct tcp_congestion_ops mercury = {
 	.undo_cwnd	= (void *)mercury_undo_cwnd,
 	.cwnd_event	= (void *)mercury_cwnd_event,
 	.pkts_acked	= (void *)mercury_pkts_acked,
+	.flags		= TCP_CONG_NON_RESTRICTED,
 	.name		= MERCURY_CA_NAME,
 };

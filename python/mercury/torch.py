@@ -118,8 +118,8 @@ def find_tcp_sockets() -> Dict[int, int]:
 def pin_congestion_control(fds: Sequence[int], cc: str) -> None:
     """Sets ``cc`` on each socket with TCP_CONGESTION and reads it back.
 
-    Raises OSError if a socket refuses it (not available, or not in
-    net.ipv4.tcp_allowed_congestion_control for an unprivileged process).
+    Raises OSError if a socket refuses it (not available, or restricted by
+    the administrator's net.ipv4.tcp_allowed_congestion_control).
     """
     for fd in fds:
         s = socket.socket(fileno=os.dup(fd))

@@ -119,13 +119,13 @@ test_cross_host() {
 
 test_retag_midflight() {
 	topo_same_host
-	ctl h1 tag set 5 3
-	ctl h1 tag set 6 0
-	flow h1 A --cc mercury --prio 5 --seconds 6 --interval-ms 100
-	flow h1 B --cc mercury --prio 6 --seconds 6 --interval-ms 100
+	ctl h1 tag set 15 3
+	ctl h1 tag set 16 0
+	flow h1 A --cc mercury --prio 15 --seconds 6 --interval-ms 100
+	flow h1 B --cc mercury --prio 16 --seconds 6 --interval-ms 100
 	sleep 3
-	ctl h1 tag set 5 0
-	ctl h1 tag set 6 3
+	ctl h1 tag set 15 0
+	ctl h1 tag set 16 3
 	local swap
 	swap=$(awk '/^sample/ { t = $3 } END { sub("t_ms=", "", t); print t }' /tmp/flow-A)
 	wait_flows
@@ -185,15 +185,37 @@ test_expiry() {
 test_starvation_guard() {
 	topo_same_host
 	ctl h1 params max_hold_ms=100
-	ctl h1 tag set 1 0
-	ctl h1 tag set 3 3
-	flow h1 urgent --cc mercury --prio 1 --seconds 3
-	flow h1 bulk --cc mercury --prio 3 --seconds 3
+	ctl h1 tag set 11 0
+	ctl h1 tag set 13 3
+	flow h1 urgent --cc mercury --prio 11 --seconds 3
+	flow h1 bulk --cc mercury --prio 13 --seconds 3
 	wait_flows
 	local g
 	g=$(stat_of h1 starve_grants)
 	expect starvation/grants "starve_grants=$g with max_hold_ms=100" [ "$g" -ge 2 ]
 	expect starvation/bulk-progress "bulk acked $(result_field /tmp/flow-bulk acked) B" [ "$(result_field /tmp/flow-bulk acked)" -gt 100000 ]
+}
+
+# Selecting mercury per socket needs no privilege (it grants no rank), from
+# the moment the datapath registers, without any sysctl written by hand. The
+# administrator can still restrict it through tcp_allowed_congestion_control.
+ALLOWED_CC=/proc/sys/net/ipv4/tcp_allowed_congestion_control
+test_unprivileged_select() {
+	topo_same_host
+	expect unprivileged/allowed-listed "tcp_allowed_congestion_control: $(cat $ALLOWED_CC)" grep -qw mercury $ALLOWED_CC
+	in_ns h1 mercury-flow client --connect "$SERVER" --uid 65534 --cc mercury --seconds 1 --label nobody \
+		>/tmp/flow-nobody 2>&1
+	expect unprivileged/select "uid 65534, TCP_CONGESTION=mercury: $(grep -o 'cc=[a-z]*' /tmp/flow-nobody | head -1)" \
+		[ "$(result_field /tmp/flow-nobody cc)" = mercury ]
+	local saved rc
+	saved=$(cat $ALLOWED_CC)
+	echo reno >$ALLOWED_CC
+	in_ns h1 mercury-flow client --connect "$SERVER" --uid 65534 --cc mercury --seconds 1 >/tmp/flow-nobody 2>&1
+	rc=$?
+	echo "$saved" >$ALLOWED_CC
+	expect unprivileged/admin-restricts "allowed list without mercury: $(head -1 /tmp/flow-nobody)" \
+		sh -c "[ $rc != 0 ] && grep -q 'Operation not permitted' /tmp/flow-nobody"
+	expect unprivileged/restored "allowed list restored: $(cat $ALLOWED_CC)" [ "$(cat $ALLOWED_CC)" = "$saved" ]
 }
 
 entries_of() { ctl "$1" dump | awk '{ $NF = ""; print }'; }	# without the time left
@@ -202,15 +224,19 @@ entries_of() { ctl "$1" dump | awk '{ $NF = ""; print }'; }	# without the time l
 # parameters are refused with a reason, and the table is left as it was.
 test_bad_input() {
 	$IP netns add bad
-	ctl bad tag set 1 2
+	ctl bad tag set 11 2
 	local before out
 	before=$(entries_of bad)
-	out=$(ctl bad tag set 1 8 2>&1)
+	out=$(ctl bad tag set 11 8 2>&1)
 	expect bad-input/rank "rank 8 refused: $out" [ $? = 1 ]
-	out=$(ctl bad tag set 1 0 --weight 2000 2>&1)
+	out=$(ctl bad tag set 11 0 --weight 2000 2>&1)
 	expect bad-input/weight "weight 2000 refused: $out" [ $? = 1 ]
-	out=$(ctl bad tag set 1 0 --ttl 5 2>&1)
+	out=$(ctl bad tag set 11 0 --ttl 5 2>&1)
 	expect bad-input/ttl "ttl 5 ms refused: $out" [ $? = 1 ]
+	# Any process may set SO_PRIORITY 0..6: such a tag would let it claim a rank.
+	out=$(ctl bad tag set 3 0 2>&1)
+	expect bad-input/unprivileged-tag "tag 3 refused: $out" \
+		sh -c "[ $? = 1 ] && echo '$out' | grep -q 'SO_PRIORITY 0..6'"
 	out=$(ctl bad params cwnd_floor=0 2>&1)
 	expect bad-input/param "cwnd_floor=0 refused: $out" [ $? = 1 ]
 	expect bad-input/unchanged "table as before: $before" [ "$(entries_of bad)" = "$before" ]
@@ -240,4 +266,4 @@ test_refresh_in_place() {
 }
 
 BEHAVIOUR_TESTS="select_sysctl select_socket fair_untagged precedence_same_host weights cross_host
-	retag_midflight flow_entries expiry starvation_guard bad_input refresh_in_place"
+	retag_midflight flow_entries expiry starvation_guard bad_input refresh_in_place unprivileged_select"

@@ -227,11 +227,11 @@ run_handover() {
 	local nsu=a nsb=b
 	[ "$1" = same_host ] && nsu=h1 nsb=h1
 	"topo_$1"
-	ctl $nsu tag set 1 0
-	ctl $nsb tag set 3 3
-	flow $nsb bulk --cc "$2" --prio 3 --seconds 7 --interval-ms "$3"
+	ctl $nsu tag set 11 0
+	ctl $nsb tag set 13 3
+	flow $nsb bulk --cc "$2" --prio 13 --seconds 7 --interval-ms "$3"
 	sleep 1.5
-	flow $nsu urgent --cc "$2" --prio 1 --seconds 3 --interval-ms "$3"
+	flow $nsu urgent --cc "$2" --prio 11 --seconds 3 --interval-ms "$3"
 	wait_flows
 }
 
@@ -239,10 +239,10 @@ run_handover() {
 # weights 64 and 4. Results in /tmp/flow-heavy and /tmp/flow-light.
 run_weights() {
 	topo_incast
-	ctl a tag set 4 0 --weight 64
-	ctl a tag set 5 0 --weight 4
-	flow a heavy --cc mercury --prio 4 --seconds "$1"
-	flow a light --cc mercury --prio 5 --seconds "$1"
+	ctl a tag set 14 0 --weight 64
+	ctl a tag set 15 0 --weight 4
+	flow a heavy --cc mercury --prio 14 --seconds "$1"
+	flow a light --cc mercury --prio 15 --seconds "$1"
 	wait_flows
 }
 

@@ -136,7 +136,7 @@ test_crash_recovery() {
 	expect bpf/restart "a new mercuryd (in netns loader) loads again over stale pins" registered
 	# Its bpffs is private to its mount namespace; others find it anyway.
 	expect bpf/restart-usable "mercuryctl in another netns reaches the new maps" \
-		in_ns other mercuryctl --datapath=bpf tag set 1 0
+		in_ns other mercuryctl --datapath=bpf tag set 11 0
 	expect bpf/netns-separate "the entry is in netns other only" root_has_no_tags
 	stop_loader TERM
 	start_loader
@@ -150,9 +150,6 @@ if registered; then
 	exit 1
 fi
 start_loader || { fail bpf/load "mercuryd --datapath=bpf did not register: $(tail -3 "$LOADER_LOG")"; summary; exit 1; }
-# A netns may only default to an allowed CC (and only a registered one).
-allowed_before=$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control)
-echo "$allowed_before mercury" >/proc/sys/net/ipv4/tcp_allowed_congestion_control
 
 run_test register
 run_test concurrent_writers
@@ -163,6 +160,5 @@ run_test unregister
 run_test crash_recovery
 stop_loader TERM
 expect bpf/final-unregistered "nothing left registered" not_registered
-echo "$allowed_before" >/proc/sys/net/ipv4/tcp_allowed_congestion_control
 kernel_clean final && pass bpf/kernel-log "no WARNING/BUG/Oops in the host's dmesg"
 summary

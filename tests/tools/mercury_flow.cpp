@@ -3,7 +3,7 @@
 //
 //   mercury-flow server --port P [--bind ADDR]
 //   mercury-flow client --connect ADDR:PORT [--cc NAME] [--prio N] [--seconds S]
-//                       [--interval-ms MS] [--label L]
+//                       [--interval-ms MS] [--label L] [--uid UID]
 //
 // The client sends as fast as the socket takes data and prints, as key=value
 // lines: "connected ..." once connected (local endpoint, SO_COOKIE, CC), a
@@ -16,6 +16,7 @@
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <grp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -132,6 +133,7 @@ struct Options {
     uint16_t port = 0;
     std::string cc;
     std::optional<uint32_t> prio;
+    std::optional<uid_t> uid;   // client: drop to this uid (and gid) first
     double seconds = 5;
     uint32_t interval_ms = 0;
     std::string label = "flow";
@@ -142,7 +144,7 @@ Options parse(int argc, char** argv)
     Options o;
     if (argc < 2)
         die("usage: mercury-flow server --port P | client --connect ADDR:PORT [--cc NAME] [--prio N] "
-            "[--seconds S] [--interval-ms MS] [--label L]");
+            "[--seconds S] [--interval-ms MS] [--label L] [--uid UID]");
     o.mode = argv[1];
     for (int i = 2; i < argc; ++i) {
         const std::string_view a = argv[i];
@@ -167,6 +169,8 @@ Options parse(int argc, char** argv)
             o.interval_ms = number<uint32_t>(value(), "interval");
         else if (a == "--label")
             o.label = value();
+        else if (a == "--uid")
+            o.uid = number<uid_t>(value(), "uid");
         else
             die("unknown option " + std::string(a));
     }
@@ -257,6 +261,9 @@ int run_client(const Options& o)
     const auto remote = mercury::Endpoint::parse(o.connect);
     if (!remote)
         die("--connect takes ADDR:PORT");
+    // An unprivileged trainer's view: no capabilities, no supplementary groups.
+    if (o.uid && (setgroups(0, nullptr) < 0 || setgid(*o.uid) < 0 || setuid(*o.uid) < 0))
+        die_errno("dropping to uid " + std::to_string(*o.uid));
     Fd sock(::socket(remote->family, SOCK_STREAM, 0));
     if (sock.get() < 0)
         die_errno("socket");

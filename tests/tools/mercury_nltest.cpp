@@ -253,31 +253,38 @@ long dump_policy()
 
 void run_cases(Runner& r)
 {
-    r.expect("rank-out-of-range", -ERANGE, true, [&] { return r.raw(MERCURY_CMD_TAG_SET, tag_set(1, 8)); });
+    r.expect("rank-out-of-range", -ERANGE, true, [&] { return r.raw(MERCURY_CMD_TAG_SET, tag_set(11, 8)); });
     {
         // The policy's bounds come back with the error, and the client names them.
-        const Status s = r.raw(MERCURY_CMD_TAG_SET, tag_set(1, 8));
+        const Status s = r.raw(MERCURY_CMD_TAG_SET, tag_set(11, 8));
         r.report("range-error-names-bounds",
                  s.message.find("allowed 0..7") != std::string::npos ? "" : "message: " + s.message, s.message);
     }
+    // Any process may set SO_PRIORITY 0..6 on its sockets: such tags cannot claim a rank.
+    r.expect("tag-unprivileged-priority", -ERANGE, true, [&] { return r.raw(MERCURY_CMD_TAG_SET, tag_set(6, 0)); });
+    {
+        const Status s = r.raw(MERCURY_CMD_TAG_SET, tag_set(0, 0));
+        r.report("tag-min-names-bounds",
+                 s.message.find("allowed 7..") != std::string::npos ? "" : "message: " + s.message, s.message);
+    }
     r.expect("weight-zero", -ERANGE, true,
-             [&] { return r.raw(MERCURY_CMD_TAG_SET, tag_set(1, 0).val<uint16_t>(MERCURY_ATTR_WEIGHT, 0)); });
+             [&] { return r.raw(MERCURY_CMD_TAG_SET, tag_set(11, 0).val<uint16_t>(MERCURY_ATTR_WEIGHT, 0)); });
     r.expect("weight-too-large", -ERANGE, true,
-             [&] { return r.raw(MERCURY_CMD_TAG_SET, tag_set(1, 0).val<uint16_t>(MERCURY_ATTR_WEIGHT, 2000)); });
+             [&] { return r.raw(MERCURY_CMD_TAG_SET, tag_set(11, 0).val<uint16_t>(MERCURY_ATTR_WEIGHT, 2000)); });
     r.expect("ttl-too-short", -ERANGE, true,
-             [&] { return r.raw(MERCURY_CMD_TAG_SET, tag_set(1, 0).val<uint32_t>(MERCURY_ATTR_TTL_MS, 5)); });
+             [&] { return r.raw(MERCURY_CMD_TAG_SET, tag_set(11, 0).val<uint32_t>(MERCURY_ATTR_TTL_MS, 5)); });
     r.expect("rank-missing", -EINVAL, false,
-             [&] { return r.raw(MERCURY_CMD_TAG_SET, Attrs().val<uint32_t>(MERCURY_ATTR_TAG, 1)); });
+             [&] { return r.raw(MERCURY_CMD_TAG_SET, Attrs().val<uint32_t>(MERCURY_ATTR_TAG, 11)); });
     r.expect("tag-missing", -EINVAL, false,
              [&] { return r.raw(MERCURY_CMD_TAG_SET, Attrs().val<uint8_t>(MERCURY_ATTR_RANK, 1)); });
     r.expect("tag-wrong-length", -EINVAL, true, [&] {
         return r.raw(MERCURY_CMD_TAG_SET,
-                     Attrs().val<uint16_t>(MERCURY_ATTR_TAG, 1).val<uint8_t>(MERCURY_ATTR_RANK, 1));
+                     Attrs().val<uint16_t>(MERCURY_ATTR_TAG, 11).val<uint8_t>(MERCURY_ATTR_RANK, 1));
     });
     r.expect("unknown-attribute", -EINVAL, true,
-             [&] { return r.raw(MERCURY_CMD_TAG_SET, tag_set(1, 1).val<uint32_t>(MERCURY_ATTR_MAX + 7, 1)); });
+             [&] { return r.raw(MERCURY_CMD_TAG_SET, tag_set(11, 1).val<uint32_t>(MERCURY_ATTR_MAX + 7, 1)); });
     r.expect("reply-only-attribute", -EINVAL, true, [&] {
-        return r.raw(MERCURY_CMD_TAG_SET, tag_set(1, 1).val<uint32_t>(MERCURY_ATTR_EXPIRES_MS, 100));
+        return r.raw(MERCURY_CMD_TAG_SET, tag_set(11, 1).val<uint32_t>(MERCURY_ATTR_EXPIRES_MS, 100));
     });
     r.expect("truncated-attribute", -EINVAL, false, [&] {
         Attrs a;

@@ -41,13 +41,13 @@ test_autoload() {
 
 test_ss_info() {
 	topo_same_host
-	ctl h1 tag set 2 1 --weight 32
-	flow h1 info --cc mercury --prio 2 --seconds 2
+	ctl h1 tag set 12 1 --weight 32
+	flow h1 info --cc mercury --prio 12 --seconds 2
 	sleep 0.5
 	local line
 	line=$(in_ns h1 $SS -tin | grep -o 'dctcp:([^)]*)' | head -1)
 	wait_flows
-	expect info/ss "ss -ti shows $line" sh -c "echo '$line' | grep -q 'ce_state:1,alpha:32,ab_ecn:2'"
+	expect info/ss "ss -ti shows $line" sh -c "echo '$line' | grep -q 'ce_state:1,alpha:32,ab_ecn:12'"
 }
 
 test_netlink_bad_input() {
@@ -80,7 +80,7 @@ test_netns_delete() {
 	base=$(global_entries)
 	$IP netns add z
 	i=0
-	while [ $i -lt 50 ]; do ctl z tag set $i 1; i=$((i + 1)); done
+	while [ $i -lt 50 ]; do ctl z tag set $((i + 10)) 1; i=$((i + 1)); done
 	ctl z flow set 10.9.0.1:1000 10.9.0.2:2000 2
 	ctl z flow set --cookie 12345 3
 	now=$(global_entries)

@@ -308,6 +308,8 @@ std::optional<mercury_bpf_flow_key> BpfMaps::flow_key(const FlowKey& key) const
 Status BpfMaps::set_tag(uint32_t tag, const Priority& prio)
 {
     mercury_bpf_entry e;
+    if (Status s = validate_tag(tag); !s)
+        return s;
     if (Status s = entry_for(prio, e); !s)
         return s;
     const mercury_bpf_tag_key k{netns_, tag, 0};

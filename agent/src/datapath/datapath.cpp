@@ -116,6 +116,16 @@ Status validate(const Priority& prio)
     return check_range(prio.ttl_ms, "ttl_ms", MERCURY_TTL_MS_MIN, MERCURY_TTL_MS_MAX);
 }
 
+Status validate_tag(uint32_t tag)
+{
+    if (tag < MERCURY_TAG_MIN)
+        return Status{-ERANGE, "tag " + std::to_string(tag) + " is out of range [" + std::to_string(MERCURY_TAG_MIN) +
+                                   "..4294967295]: any process may set SO_PRIORITY 0.." +
+                                   std::to_string(MERCURY_TAG_MIN - 1) +
+                                   ", so those tags cannot claim a rank (register the socket with mercuryd instead)"};
+    return {};
+}
+
 Status validate(const Params& p)
 {
     Status s = check_range(p.cwnd_floor, "cwnd_floor", MERCURY_CWND_FLOOR_MIN, MERCURY_CWND_FLOOR_MAX);

@@ -73,6 +73,8 @@ std::map<std::string, uint64_t> params_as_map(const Params& params);
 // checks them again, the BPF maps cannot.
 Status validate(const Priority& prio);
 Status validate(const Params& params);
+// Tags below MERCURY_TAG_MIN are SO_PRIORITY values any process may set.
+Status validate_tag(uint32_t tag);
 
 using Stats = std::map<std::string, uint64_t>;
 

@@ -298,6 +298,8 @@ Status GenlClient::transact(MsgPtr msg, ReplyHandler on_reply, void* arg)
 
 Status GenlClient::set_tag(uint32_t tag, const Priority& prio)
 {
+    if (Status s = validate_tag(tag); !s)
+        return s;
     auto msg = new_request(MERCURY_CMD_TAG_SET, 0, MERCURY_GENL_VERSION);
     if (!msg || nla_put_u32(msg.get(), MERCURY_ATTR_TAG, tag) || put_priority(msg.get(), prio))
         return too_big();

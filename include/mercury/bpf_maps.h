@@ -39,10 +39,16 @@
 #define MERCURY_BPF_MAP_STATE	"mercury_state"
 #define MERCURY_BPF_MAP_SOCKS	"mercury_socks"
 
-/* Capacity, shared by all namespaces (the module limits each netns). */
+/* Capacity, shared by all namespaces; each netns may also hold at most its
+ * max_entries (as with the module). The loading agent frees the config slot
+ * and state of a netns that had no entries, default parameters and no
+ * mercury socket for 50 of its sweeps in a row (--check-ms: 50 s by default);
+ * such a netns's counters start again from zero. */
 #define MERCURY_BPF_MAX_TAGS	16384
 #define MERCURY_BPF_MAX_FLOWS	65536
-#define MERCURY_BPF_MAX_NETNS	1024
+#define MERCURY_BPF_MAX_NETNS	4096
+/* mercury_state key of the host-wide counters: no netns has cookie 0. */
+#define MERCURY_BPF_GLOBAL_STATE	0
 
 /* mercury_tags: which rank and weight a tag (SO_PRIORITY) has. */
 struct mercury_bpf_tag_key {
@@ -78,14 +84,18 @@ struct mercury_bpf_entry {
 	__u8 pad[5];
 };
 
-/* mercury_config (key: netns cookie): written only by user space. A netns without an entry
- * uses the defaults (those of the module's parameters). */
+/* mercury_config (key: netns cookie): written only by user space, under
+ * MERCURY_BPF_LOCK_FILE. A netns without an entry uses the defaults (those of
+ * the module's parameters) and gen 0; a new slot starts at a random gen, so
+ * a flow's cached gen never matches a freed and recreated slot's by chance. */
 struct mercury_bpf_config {
 	__u32 gen;		/* bumped by every table change: flows look again */
 	__u32 cwnd_floor;
 	__u32 delay_thresh_us;
 	__u32 entry_ttl_ms;
 	__u32 max_hold_ms;
+	__u32 max_entries;	/* tag + flow entries this netns may hold */
+	__u32 entries;		/* tag + flow entries it holds, until collected */
 	__u32 pad;
 	__u64 expired;		/* entries the loading agent collected */
 };
@@ -99,11 +109,16 @@ enum mercury_bpf_counter {
 	MERCURY_BPF_CNT_DELAY_BACKOFFS,
 	MERCURY_BPF_CNT_LOSS_EVENTS,
 	MERCURY_BPF_CNT_CWND_FIXUPS,
+	/* Only in MERCURY_BPF_GLOBAL_STATE: events of a netns whose state
+	 * could not be created (mercury_state full), not counted there. */
+	MERCURY_BPF_CNT_UNCOUNTED,
 	MERCURY_BPF_CNT_MAX
 };
 
-/* mercury_state (key: netns cookie): written only by the datapath (LRU: a dead netns's state
- * ages out). */
+/* mercury_state (key: netns cookie): counters written by the datapath. A
+ * plain hash, so nothing is evicted behind the agent's back (see above for
+ * when the agent frees an entry). The loading agent creates the
+ * MERCURY_BPF_GLOBAL_STATE entry. */
 struct mercury_bpf_state {
 	__u64 last_active_us[MERCURY_NUM_RANKS];
 	__u64 counters[MERCURY_BPF_CNT_MAX];
@@ -129,7 +144,7 @@ struct mercury_bpf_sock_state {
 MERCURY_BPF_SIZE(mercury_bpf_tag_key, 16);
 MERCURY_BPF_SIZE(mercury_bpf_flow_key, 56);
 MERCURY_BPF_SIZE(mercury_bpf_entry, 16);
-MERCURY_BPF_SIZE(mercury_bpf_config, 32);
+MERCURY_BPF_SIZE(mercury_bpf_config, 40);
 MERCURY_BPF_SIZE(mercury_bpf_state, 8 * (MERCURY_NUM_RANKS + MERCURY_BPF_CNT_MAX));
 MERCURY_BPF_SIZE(mercury_bpf_sock_state, 16);
 #undef MERCURY_BPF_SIZE

@@ -78,7 +78,7 @@ struct {
 } mercury_config SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MERCURY_BPF_MAX_NETNS);
 	__type(key, __u64);
 	__type(value, struct mercury_bpf_state);
@@ -123,6 +123,13 @@ mercury_config_of(__u64 netns)
 	return cfg ? cfg : (const struct mercury_bpf_config *)&mercury_defaults;
 }
 
+static __always_inline struct mercury_bpf_state *mercury_state_find(__u64 netns)
+{
+	return bpf_map_lookup_elem(&mercury_state, &netns);
+}
+
+/* Created on first use: the agent deletes a netns's state only while it has
+ * no mercury sockets. */
 static __always_inline struct mercury_bpf_state *mercury_state_of(__u64 netns)
 {
 	struct mercury_bpf_state zero;
@@ -136,9 +143,17 @@ static __always_inline struct mercury_bpf_state *mercury_state_of(__u64 netns)
 	return bpf_map_lookup_elem(&mercury_state, &netns);
 }
 
+/* Counts @c in @st; without a state (mercury_state full), in the host-wide
+ * "uncounted" counter, so that no event goes missing without a trace. */
 static __always_inline void mercury_count(struct mercury_bpf_state *st,
 					  enum mercury_bpf_counter c)
 {
+	__u64 global = MERCURY_BPF_GLOBAL_STATE;
+
+	if (!st) {
+		st = bpf_map_lookup_elem(&mercury_state, &global);
+		c = MERCURY_BPF_CNT_UNCOUNTED;
+	}
 	if (st && c < MERCURY_BPF_CNT_MAX)
 		__sync_fetch_and_add(&st->counters[c], 1);
 }
@@ -378,9 +393,10 @@ void BPF_PROG(mercury_init, struct sock *sk)
 SEC("struct_ops/mercury_release")
 void BPF_PROG(mercury_release, struct sock *sk)
 {
-	/* release() also runs on sockets whose init() never did. */
+	/* release() also runs on sockets whose init() never did. It never
+	 * creates state: that of a netns being torn down would linger. */
 	if (mercury_priv(sk)->flags & MERCURY_F_INIT)
-		mercury_count(mercury_state_of(mercury_netns(sk)),
+		mercury_count(mercury_state_find(mercury_netns(sk)),
 			      MERCURY_BPF_CNT_FLOWS_RELEASED);
 }
 

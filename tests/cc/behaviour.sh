@@ -244,6 +244,27 @@ test_bad_input() {
 		[ "$(ctl bad params | awk '$1 == "cwnd_floor" { print $2 }')" = 2 ]
 }
 
+# Each netns holds at most its max_entries, so one namespace cannot take the
+# host's table; the refusal is ENOSPC with a reason and changes nothing.
+test_netns_limit() {
+	$IP netns add lim
+	$IP netns add lim2
+	ctl lim params max_entries=3
+	ctl lim tag set 11 1
+	ctl lim tag set 12 1
+	ctl lim flow set --cookie 99 2
+	local before out rc
+	before=$(entries_of lim)
+	out=$(ctl lim tag set 13 1 2>&1)
+	rc=$?
+	expect table/netns-limit "4th entry with max_entries=3 (exit $rc): $out" \
+		sh -c "[ $rc = 1 ] && printf '%s' \"\$1\" | grep -q max_entries" - "$out"
+	expect table/netns-limit-unchanged "entries as before: $(entries_of lim | tr '\n' ';')" \
+		[ "$(entries_of lim)" = "$before" ]
+	expect table/netns-limit-update "an existing entry can still change" ctl lim tag set 11 2
+	expect table/netns-limit-others "another netns is not limited by it" ctl lim2 tag set 13 1
+}
+
 # The agent re-sets every entry before it expires: such a refresh (same rank
 # and weight) must not make every flow of the netns resolve its entry again.
 table_gen_of() { ctl "$1" stats | awk '$1 == "table_gen" { print $2 }'; }
@@ -266,4 +287,5 @@ test_refresh_in_place() {
 }
 
 BEHAVIOUR_TESTS="select_sysctl select_socket fair_untagged precedence_same_host weights cross_host
-	retag_midflight flow_entries expiry starvation_guard bad_input refresh_in_place unprivileged_select"
+	retag_midflight flow_entries expiry starvation_guard bad_input refresh_in_place unprivileged_select
+	netns_limit"

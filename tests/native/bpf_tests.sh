@@ -90,6 +90,7 @@ test_register() {
 test_concurrent_writers() {
 	$IP netns add gen
 	local before after w i pids=""
+	in_ns gen mercuryctl tag set 11 1	# the netns's config slot, at a random first gen
 	before=$(in_ns gen mercuryctl stats | awk '$1 == "table_gen" { print $2 }')
 	for w in 1 2 3 4; do
 		(for i in $(seq 1 50); do in_ns gen mercuryctl tag set $((w * 100 + i)) 1 >/dev/null || exit 1; done) &
@@ -112,7 +113,7 @@ test_unregister() {
 	local t_stop
 	t_stop=$(last_t /tmp/flow-survivor)
 	expect bpf/unregistered "SIGTERM: 'mercury' no longer available" not_registered
-	expect bpf/unpinned "pins removed" [ ! -e /run/mercury/bpf/mercury_flows ]
+	expect bpf/pins-kept "pins kept for the next loader" [ -e /run/mercury/bpf/mercury_flows ]
 	local rc
 	in_ns h1 mercury-flow client --connect "$SERVER" --cc mercury --seconds 1 >/tmp/flow-late 2>&1
 	rc=$?
@@ -124,8 +125,67 @@ test_unregister() {
 		sh -c "[ '$(result_field /tmp/flow-survivor cc)' = mercury ] && awk 'BEGIN { exit !($after > 100) }'"
 }
 
+tag_has_rank() { [ "$(ctl "$1" dump | awk -v t="$2" '$1 == "tag" && $2 == t { print $4 }')" = "$3" ]; }
+
+# A restarted loader takes over the pinned maps: the entries survive, and a
+# socket still running the killed loader's program obeys entries set after.
+test_restart_keeps_state() {
+	topo_same_host
+	ctl h1 tag set 17 2 --ttl 30000
+	flow h1 live --cc mercury --prio 17 --seconds 4 --interval-ms 100
+	wait_for 50 grep -q '^sample' /tmp/flow-live
+	stop_loader KILL
+	wait_for 50 not_registered
+	start_loader
+	expect bpf/restart-takes-over "loader log: $(grep -o 'maps=[^,]*' "$LOADER_LOG" | head -1)" \
+		grep -q 'taken over' "$LOADER_LOG"
+	expect bpf/restart-keeps-entries "after kill -9 and restart: $(entries_of h1 | tr '\n' ';')" \
+		tag_has_rank h1 17 2
+	ctl h1 tag set 17 1
+	wait_flows
+	expect bpf/restart-keeps-control "old program's socket after a new entry: $(grep -o 'rank=[^ ]*' /tmp/flow-live | tail -1)" \
+		[ "$(result_field /tmp/flow-live rank)" = 1 ]
+}
+
+# Namespaces come and go; their config slots and counters must go with
+# them, or the shared maps fill up (E2BIG for every new netns). The loader
+# here sweeps every 200 ms: 50 sweeps make 10 s.
+cookie_hex() {	# cookie_hex NS: the netns cookie as bpftool key bytes
+	in_ns "$1" /usr/bin/python3 -c 'import socket; s = socket.socket(); print(" ".join("%02x" % b for b in s.getsockopt(socket.SOL_SOCKET, 71, 8)))'
+}
+has_key() { bpftool map lookup pinned "/run/mercury/bpf/$1" key hex $2 >/dev/null 2>&1; }
+no_key() { ! has_key "$@"; }
+global_stat() { mercuryctl stats | awk -v k="$1" '$1 == k { print $2 }'; }
+test_netns_reclaimed() {
+	topo_same_host
+	ctl h1 tag set 11 1 --ttl 300
+	flow h1 short --cc mercury --seconds 1
+	wait_flows
+	local key base i
+	key=$(cookie_hex h1)
+	expect bpf/netns-slot-used "h1 ($key) has a config slot" has_key mercury_config "$key"
+	expect bpf/netns-state-used "h1 has counters" has_key mercury_state "$key"
+	topo_clear
+	expect bpf/netns-slot-freed "h1's slot freed once it was gone and its entries expired" \
+		wait_for 200 no_key mercury_config "$key"
+	expect bpf/netns-state-freed "h1's counters freed" wait_for 200 no_key mercury_state "$key"
+	base=$(global_stat global_netns_slots)
+	for i in $(seq 1 30); do
+		$IP netns add churn$i
+		ctl churn$i tag set 11 1 --ttl 300 || break
+	done
+	expect bpf/netns-slots-used "30 namespaces with an entry: slots $base -> $(global_stat global_netns_slots)" \
+		[ "$(global_stat global_netns_slots)" -ge $((base + 30)) ]
+	topo_clear
+	wait_for 200 slots_at_most "$base"
+	local now
+	now=$(global_stat global_netns_slots)
+	expect bpf/netns-slots-freed "after they are gone: $now slots (base $base)" [ "$now" -le "$base" ]
+}
+slots_at_most() { [ "$(global_stat global_netns_slots)" -le "$1" ]; }
+
 # A killed loader cannot clean up; the kernel unregisters the link, and the
-# next mercuryd replaces the pins it left behind.
+# next mercuryd takes over the pins it left behind.
 test_crash_recovery() {
 	start_loader
 	stop_loader KILL
@@ -149,6 +209,7 @@ if registered; then
 	summary
 	exit 1
 fi
+rm -f /run/mercury/bpf/mercury_*	# a crashed earlier run's
 start_loader || { fail bpf/load "mercuryd --datapath=bpf did not register: $(tail -3 "$LOADER_LOG")"; summary; exit 1; }
 
 run_test register
@@ -158,7 +219,12 @@ for t in $BEHAVIOUR_TESTS $AGENT_TESTS replay_modes; do
 done
 run_test unregister
 run_test crash_recovery
+run_test restart_keeps_state
+run_test netns_reclaimed
+expect bpf/nothing-uncounted "host-wide events without a netns state: $(global_stat global_uncounted)" \
+	[ "$(global_stat global_uncounted)" = 0 ]
 stop_loader TERM
 expect bpf/final-unregistered "nothing left registered" not_registered
+rm -f /run/mercury/bpf/mercury_*	# this run's state; the next run starts empty
 kernel_clean final && pass bpf/kernel-log "no WARNING/BUG/Oops in the host's dmesg"
 summary

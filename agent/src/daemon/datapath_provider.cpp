@@ -32,7 +32,11 @@ Status DatapathProvider::load_bpf_if_absent()
     if (!s)
         return s;
     log_.info("loaded the BPF datapath and registered congestion control '" MERCURY_CA_NAME "'",
-              {{"unregisters_on_crash", program_->link_mode() ? "yes" : "no (kernel < 6.4)"}});
+              {{"unregisters_on_crash", program_->link_mode() ? "yes" : "no (kernel < 6.4)"},
+               {"maps", program_->reused_pins() ? "taken over from the previous loader" : "new"}});
+    if (program_->discarded_pins())
+        log_.warn("replaced maps pinned by a loader of another version: their entries are gone",
+                  {{"dir", MERCURY_BPF_PIN_DIR}});
     if (const Status c = BpfMaps::open(collector_); !c)
         log_.warn("cannot open the maps to collect expired entries", {{"reason", c.describe()}});
     return s;

@@ -5,14 +5,17 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -107,9 +110,10 @@ uint32_t expires_ms(const mercury_bpf_entry& e, uint64_t now)
     return e.expires_ns > now ? static_cast<uint32_t>((e.expires_ns - now) / 1000000) : 0;
 }
 
+// Per-netns counters; the last one exists only host-wide.
 constexpr std::array<const char*, MERCURY_BPF_CNT_MAX> kCounterNames{
     "flows_init", "flows_released", "holds", "releases", "starve_grants",
-    "delay_backoffs", "loss_events", "cwnd_fixups",
+    "delay_backoffs", "loss_events", "cwnd_fixups", "global_uncounted",
 };
 
 mercury_bpf_config default_config()
@@ -119,7 +123,25 @@ mercury_bpf_config default_config()
     cfg.delay_thresh_us = MERCURY_DEFAULT_DELAY_THRESH_US;
     cfg.entry_ttl_ms = MERCURY_DEFAULT_ENTRY_TTL_MS;
     cfg.max_hold_ms = MERCURY_DEFAULT_MAX_HOLD_MS;
+    cfg.max_entries = MERCURY_DEFAULT_MAX_ENTRIES;
     return cfg;
+}
+
+bool default_params(const mercury_bpf_config& cfg)
+{
+    const mercury_bpf_config d = default_config();
+    return cfg.cwnd_floor == d.cwnd_floor && cfg.delay_thresh_us == d.delay_thresh_us &&
+           cfg.entry_ttl_ms == d.entry_ttl_ms && cfg.max_hold_ms == d.max_hold_ms && cfg.max_entries == d.max_entries;
+}
+
+// A new config slot's first gen: flows cache the gen they resolved at, and a
+// slot freed and created again must not repeat one of them.
+uint32_t fresh_gen()
+{
+    uint32_t gen = 0;
+    if (getrandom(&gen, sizeof(gen), 0) != sizeof(gen))
+        gen = static_cast<uint32_t>(monotonic_ns() >> 10);
+    return gen ? gen : 1;   // 0 is what a netns without a slot reads
 }
 
 Status caller_netns(uint64_t& out)
@@ -230,34 +252,58 @@ Status BpfMaps::update_config(const std::function<void(mercury_bpf_config&)>& ch
 // first: where the config map has no room for it, nothing is written. Then
 // gen moves, and flows, which cache what they resolved until gen changes (or
 // 20 ms pass), look again.
-Status BpfMaps::change_table(const std::function<Status(bool& moved)>& write)
+Status BpfMaps::change_table(const std::function<Status(const mercury_bpf_config&, TableChange&)>& write)
 {
     const ConfigLock lock;
     if (!lock.held())
         return errno_status("cannot lock " MERCURY_BPF_LOCK_FILE);
-    mercury_bpf_config cfg = config();
-    if (Status s = store_config(cfg); !s)
+    mercury_bpf_config cfg{};
+    const bool had_slot = bpf_map_lookup_elem(config_.get(), &netns_, &cfg) == 0;
+    if (!had_slot) {
+        cfg = default_config();
+        cfg.gen = fresh_gen();
+        if (Status s = store_config(cfg); !s)
+            return s;
+    }
+    TableChange change;
+    if (Status s = write(cfg, change); !s)
         return s;
-    bool moved = true;  // false: a refresh of the same rank and weight
-    if (Status s = write(moved); !s)
-        return s;
-    if (!moved)
+    if (!change.moved && change.entries == 0)
         return {};
-    ++cfg.gen;
+    cfg.entries = static_cast<uint32_t>(std::max<int64_t>(0, int64_t{cfg.entries} + change.entries));
+    if (change.moved)
+        ++cfg.gen;
     return store_config(cfg);
 }
 
 namespace {
 
-// Writes @e at @key of @map; @moved is false when only its lifetime changed.
+// Writes @e at @key of @map, within the netns's max_entries (@cfg).
 template <typename Key>
-Status put_entry(int map, const Key& key, const mercury_bpf_entry& e, bool& moved, const char* what)
+Status put_entry(int map, const Key& key, const mercury_bpf_entry& e, const mercury_bpf_config& cfg,
+                 BpfMaps::TableChange& change, const char* what)
 {
     mercury_bpf_entry old{};
-    moved = !(bpf_map_lookup_elem(map, &key, &old) == 0 && old.rank == e.rank && old.weight == e.weight);
-    if (bpf_map_update_elem(map, &key, &e, BPF_ANY) != 0)
-        return errno == E2BIG ? Status{-ENOSPC, std::string("the BPF ") + what + " map is full"}
+    const bool exists = bpf_map_lookup_elem(map, &key, &old) == 0;
+    if (!exists && cfg.entries >= cfg.max_entries)
+        return Status{-ENOSPC, "this network namespace holds " + std::to_string(cfg.entries) +
+                                   " entries, its max_entries (mercuryctl params max_entries=N raises it)"};
+    if (bpf_map_update_elem(map, &key, &e, exists ? BPF_EXIST : BPF_NOEXIST) != 0)
+        return errno == E2BIG ? Status{-ENOSPC, std::string("the BPF ") + what + " map is full (shared by all "
+                                                "network namespaces)"}
                               : errno_status(std::string("cannot set the ") + what);
+    change.moved = !(exists && old.rank == e.rank && old.weight == e.weight);
+    change.entries = exists ? 0 : 1;
+    return {};
+}
+
+template <typename Key>
+Status delete_entry(int map, const Key& key, BpfMaps::TableChange& change, const char* what)
+{
+    if (bpf_map_delete_elem(map, &key) != 0)
+        return errno == ENOENT ? Status{-ENOENT, std::string("no such ") + what + " entry"}
+                               : errno_status(std::string("cannot delete the ") + what);
+    change.entries = -1;
     return {};
 }
 
@@ -313,16 +359,16 @@ Status BpfMaps::set_tag(uint32_t tag, const Priority& prio)
     if (Status s = entry_for(prio, e); !s)
         return s;
     const mercury_bpf_tag_key k{netns_, tag, 0};
-    return change_table([&](bool& moved) { return put_entry(tags_.get(), k, e, moved, "tag"); });
+    return change_table([&](const mercury_bpf_config& cfg, TableChange& change) {
+        return put_entry(tags_.get(), k, e, cfg, change, "tag");
+    });
 }
 
 Status BpfMaps::del_tag(uint32_t tag)
 {
     const mercury_bpf_tag_key k{netns_, tag, 0};
-    return change_table([&](bool&) -> Status {
-        if (bpf_map_delete_elem(tags_.get(), &k) != 0)
-            return errno == ENOENT ? Status{-ENOENT, "no such tag entry"} : errno_status("cannot delete the tag");
-        return {};
+    return change_table([&](const mercury_bpf_config&, TableChange& change) {
+        return delete_entry(tags_.get(), k, change, "tag");
     });
 }
 
@@ -334,7 +380,9 @@ Status BpfMaps::set_flow(const FlowKey& key, const Priority& prio)
     mercury_bpf_entry e;
     if (Status s = entry_for(prio, e); !s)
         return s;
-    return change_table([&](bool& moved) { return put_entry(flows_.get(), *k, e, moved, "flow"); });
+    return change_table([&](const mercury_bpf_config& cfg, TableChange& change) {
+        return put_entry(flows_.get(), *k, e, cfg, change, "flow");
+    });
 }
 
 Status BpfMaps::del_flow(const FlowKey& key)
@@ -342,22 +390,20 @@ Status BpfMaps::del_flow(const FlowKey& key)
     const auto k = flow_key(key);
     if (!k)
         return Status{-EINVAL, "a flow needs a non-zero cookie or a complete address tuple of one family"};
-    return change_table([&](bool&) -> Status {
-        if (bpf_map_delete_elem(flows_.get(), &*k) != 0)
-            return errno == ENOENT ? Status{-ENOENT, "no such flow entry"} : errno_status("cannot delete the flow");
-        return {};
+    return change_table([&](const mercury_bpf_config&, TableChange& change) {
+        return delete_entry(flows_.get(), *k, change, "flow");
     });
 }
 
 Status BpfMaps::flush()
 {
-    return change_table([&](bool&) -> Status {
+    return change_table([&](const mercury_bpf_config&, TableChange& change) -> Status {
         for (const auto& k : all_keys<mercury_bpf_tag_key>(tags_.get()))
-            if (k.netns == netns_)
-                bpf_map_delete_elem(tags_.get(), &k);
+            if (k.netns == netns_ && bpf_map_delete_elem(tags_.get(), &k) == 0)
+                --change.entries;
         for (const auto& k : all_keys<mercury_bpf_flow_key>(flows_.get()))
-            if (k.netns == netns_)
-                bpf_map_delete_elem(flows_.get(), &k);
+            if (k.netns == netns_ && bpf_map_delete_elem(flows_.get(), &k) == 0)
+                --change.entries;
         return {};
     });
 }
@@ -407,15 +453,14 @@ Status BpfMaps::get_params(Params& out)
     out.delay_thresh_us = cfg.delay_thresh_us;
     out.entry_ttl_ms = cfg.entry_ttl_ms;
     out.max_hold_ms = cfg.max_hold_ms;
+    out.max_entries = cfg.max_entries;
     return {};
 }
 
 Status BpfMaps::set_params(const Params& params)
 {
-    if (params.max_entries || params.debug)
-        return Status{-EOPNOTSUPP, std::string(params.max_entries ? "max_entries" : "debug") +
-                                       " is not a parameter of the BPF datapath (its tables have a fixed capacity "
-                                       "and it does not log)"};
+    if (params.debug)
+        return Status{-EOPNOTSUPP, "debug is not a parameter of the BPF datapath (it does not log)"};
     if (Status s = validate(params); !s)
         return s;
     return update_config([&](mercury_bpf_config& cfg) {
@@ -423,6 +468,7 @@ Status BpfMaps::set_params(const Params& params)
         cfg.delay_thresh_us = params.delay_thresh_us.value_or(cfg.delay_thresh_us);
         cfg.entry_ttl_ms = params.entry_ttl_ms.value_or(cfg.entry_ttl_ms);
         cfg.max_hold_ms = params.max_hold_ms.value_or(cfg.max_hold_ms);
+        cfg.max_entries = params.max_entries.value_or(cfg.max_entries);
     });
 }
 
@@ -434,8 +480,12 @@ Status BpfMaps::get_stats(Stats& out)
         return Status{-ENOENT, "the BPF datapath was unregistered (its mercuryd exited)"};
     mercury_bpf_state st{};
     bpf_map_lookup_elem(state_.get(), &netns_, &st);   // absent: all zero
-    for (size_t i = 0; i < kCounterNames.size(); ++i)
+    for (size_t i = 0; i < MERCURY_BPF_CNT_UNCOUNTED; ++i)
         out[kCounterNames[i]] = st.counters[i];
+    const uint64_t global_key = MERCURY_BPF_GLOBAL_STATE;
+    mercury_bpf_state global_state{};
+    bpf_map_lookup_elem(state_.get(), &global_key, &global_state);
+    out[kCounterNames[MERCURY_BPF_CNT_UNCOUNTED]] = global_state.counters[MERCURY_BPF_CNT_UNCOUNTED];
 
     const uint64_t now = monotonic_ns();
     uint64_t tags = 0, flows = 0;
@@ -448,6 +498,8 @@ Status BpfMaps::get_stats(Stats& out)
     out["expired"] = cfg.expired;
     out["table_gen"] = cfg.gen;
     out["global_entries"] = global;
+    out["global_netns_slots"] = all_keys<uint64_t>(config_.get()).size();
+    out["global_netns_states"] = all_keys<uint64_t>(state_.get()).size() - 1;   // without the host-wide one
     return {};
 }
 
@@ -465,16 +517,64 @@ size_t BpfMaps::collect_expired()
     sweep(tags_.get(), all_keys<mercury_bpf_tag_key>(tags_.get()));
     sweep(flows_.get(), all_keys<mercury_bpf_flow_key>(flows_.get()));
     size_t total = 0;
-    const ConfigLock lock;
-    for (const auto& [netns, n] : per_netns) {
-        mercury_bpf_config cfg{};
-        if (bpf_map_lookup_elem(config_.get(), &netns, &cfg) != 0)
-            cfg = default_config();
-        cfg.expired += n;
-        bpf_map_update_elem(config_.get(), &netns, &cfg, BPF_ANY);
-        total += n;
+    {
+        const ConfigLock lock;
+        for (const auto& [netns, n] : per_netns) {
+            total += n;
+            // No slot: a netns whose slot is gone; never create one here, or
+            // every dead netns would keep one.
+            mercury_bpf_config cfg{};
+            if (bpf_map_lookup_elem(config_.get(), &netns, &cfg) != 0)
+                continue;
+            cfg.expired += n;
+            cfg.entries = cfg.entries > n ? static_cast<uint32_t>(cfg.entries - n) : 0;
+            bpf_map_update_elem(config_.get(), &netns, &cfg, BPF_EXIST);
+        }
     }
+    reclaim_unused_netns();
     return total;
+}
+
+// Whether @netns holds nothing the defaults would not give back: no entries,
+// default parameters, no mercury socket (its gen and counters aside).
+bool BpfMaps::unused(uint64_t netns) const
+{
+    mercury_bpf_config cfg{};
+    if (bpf_map_lookup_elem(config_.get(), &netns, &cfg) == 0 && (cfg.entries != 0 || !default_params(cfg)))
+        return false;
+    mercury_bpf_state st{};
+    return !(bpf_map_lookup_elem(state_.get(), &netns, &st) == 0 &&
+             st.counters[MERCURY_BPF_CNT_FLOWS_RELEASED] < st.counters[MERCURY_BPF_CNT_FLOWS_INIT]);
+}
+
+// Namespaces come and go, and nothing tells the maps: the config slot and
+// counters of a netns that stayed unused for kReclaimSweeps sweeps in a row
+// are freed, or the maps would fill up. A netns still alive loses only its
+// counters (they start again from zero) and its gen, which restarts from a
+// random value no flow has cached (fresh_gen).
+void BpfMaps::reclaim_unused_netns()
+{
+    std::set<uint64_t> seen;
+    for (const auto netns : all_keys<uint64_t>(config_.get()))
+        seen.insert(netns);
+    for (const auto netns : all_keys<uint64_t>(state_.get()))
+        if (netns != MERCURY_BPF_GLOBAL_STATE)
+            seen.insert(netns);
+    std::map<uint64_t, unsigned> still_unused;
+    const ConfigLock lock;   // no writer may add an entry in between
+    for (const auto netns : seen) {
+        if (!unused(netns))
+            continue;
+        const auto it = unused_sweeps_.find(netns);
+        const unsigned sweeps = (it == unused_sweeps_.end() ? 0 : it->second) + 1;
+        if (sweeps < kReclaimSweeps) {
+            still_unused[netns] = sweeps;
+            continue;
+        }
+        bpf_map_delete_elem(config_.get(), &netns);
+        bpf_map_delete_elem(state_.get(), &netns);
+    }
+    unused_sweeps_ = std::move(still_unused);
 }
 
 std::optional<mercury_bpf_sock_state> BpfMaps::socket_state(int fd)

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <map>
 #include <string_view>
 
 #include "datapath/datapath.hpp"
@@ -47,6 +48,12 @@ uint64_t monotonic_ns();
 
 class BpfMaps final : public Datapath {
 public:
+    // What one write did to a netns's table.
+    struct TableChange {
+        bool moved = true;     // false: only an entry's lifetime changed
+        int64_t entries = 0;   // entries added (negative: removed)
+    };
+
     // Fails with -ENOENT when no BPF datapath is running.
     static Status open(std::unique_ptr<BpfMaps>& out);
 
@@ -62,8 +69,9 @@ public:
     Status set_params(const Params& params) override;
     Status get_stats(Stats& out) override;
 
-    // Deletes the entries of every netns that expired; returns how many.
-    // Run by the mercuryd that loaded the program.
+    // Deletes the entries of every netns that expired, frees the config slots
+    // and the state of namespaces that no longer use them; returns how many
+    // entries expired. Run by the mercuryd that loaded the program.
     size_t collect_expired();
 
     // What socket @fd (one of the caller's) resolved to, from the program's
@@ -74,13 +82,18 @@ private:
     BpfMaps() = default;
     mercury_bpf_config config() const;
     Status store_config(const mercury_bpf_config& cfg);
-    Status change_table(const std::function<Status(bool& moved)>& write);
+    Status change_table(const std::function<Status(const mercury_bpf_config&, TableChange&)>& write);
+    bool unused(uint64_t netns) const;
+    void reclaim_unused_netns();
     Status update_config(const std::function<void(mercury_bpf_config&)>& change);
     Status entry_for(const Priority& prio, mercury_bpf_entry& out) const;
     std::optional<mercury_bpf_flow_key> flow_key(const FlowKey& key) const;
 
     uint64_t netns_ = 0;   // cookie of the caller's netns
     UniqueFd tags_, flows_, config_, state_;
+    // Sweeps (collect_expired calls) in a row that found a netns unused.
+    static constexpr unsigned kReclaimSweeps = 50;
+    std::map<uint64_t, unsigned> unused_sweeps_;
 };
 
 }  // namespace mercury

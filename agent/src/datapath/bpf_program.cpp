@@ -26,6 +26,9 @@ namespace {
 constexpr int kAttachStructOps = 44;   // BPF_STRUCT_OPS
 constexpr unsigned kMapFlagLink = 1U << 13;   // BPF_F_LINK
 
+constexpr const char* kMapNames[] = {MERCURY_BPF_MAP_TAGS, MERCURY_BPF_MAP_FLOWS, MERCURY_BPF_MAP_CONFIG,
+                                     MERCURY_BPF_MAP_STATE, MERCURY_BPF_MAP_SOCKS};
+
 // A bpffs of our own at the pin directory.
 Status mount_pin_dir()
 {
@@ -66,27 +69,66 @@ Status BpfProgram::load(std::unique_ptr<BpfProgram>& out)
         return s;
 
     std::unique_ptr<BpfProgram> prog(new BpfProgram());
-    // Link mode first (the kernel unregisters even if we crash); kernels
-    // before 6.4 refuse the flag, and then only our destructor unregisters.
-    for (const bool link : {true, false}) {
-        prog->skel_.reset(tcp_mercury::open());
-        if (!prog->skel_)
-            return Status{-errno, std::string("cannot open the BPF object: ") + std::strerror(errno)};
-        if (link)
-            bpf_map__set_map_flags(prog->skel_->maps.mercury, kMapFlagLink);
-        const int err = tcp_mercury::load(prog->skel_.get());
-        if (!err)
-            break;
-        if (!link)
-            return Status{err, std::string("the kernel refused the BPF congestion control (needs struct_ops, "
-                                           "kernel >= 5.6 with BTF): ") + std::strerror(-err)};
+    // Maps pinned by an earlier loader are taken over: their entries, and
+    // the sockets still running that loader's program (which read the same
+    // maps), stay under control. Pins of another layout are replaced.
+    prog->reused_ = pins_present();
+    Status s = prog->open_and_load(prog->reused_);
+    if (!s && prog->reused_ && s.error == -EINVAL) {
+        prog->discarded_ = true;
+        prog->reused_ = false;
+        unpin();
+        s = prog->open_and_load(false);
     }
-    if (Status s = prog->attach(); !s)
+    if (!s)
         return s;
-    if (Status s = prog->pin(); !s)
-        return s;
+    if (Status a = prog->attach(); !a)
+        return a;
+    // The host-wide counters' entry (mercury_bpf_state, MERCURY_BPF_GLOBAL_STATE).
+    const uint64_t global_key = MERCURY_BPF_GLOBAL_STATE;
+    const mercury_bpf_state zero{};
+    if (bpf_map_update_elem(bpf_map__fd(prog->skel_->maps.mercury_state), &global_key, &zero, BPF_NOEXIST) != 0 &&
+        errno != EEXIST)
+        return Status{-errno, std::string("cannot create the host-wide counters: ") + std::strerror(errno)};
+    std::ofstream(MERCURY_BPF_OWNER_FILE) << getpid() << "\n";
     out = std::move(prog);
     return {};
+}
+
+Status BpfProgram::open_and_load(bool reuse_pins)
+{
+    // Link mode first (the kernel unregisters even if we crash); kernels
+    // before 6.4 refuse the flag, and then only our destructor unregisters.
+    Status result;
+    for (const bool link : {true, false}) {
+        skel_.reset(tcp_mercury::open());
+        if (!skel_)
+            return Status{-errno, std::string("cannot open the BPF object: ") + std::strerror(errno)};
+        if (link)
+            bpf_map__set_map_flags(skel_->maps.mercury, kMapFlagLink);
+        // libbpf reuses a compatible pinned map, and pins the ones it creates.
+        for (bpf_map* map : data_maps()) {
+            const std::string path = std::string(MERCURY_BPF_PIN_DIR "/") + bpf_map__name(map);
+            if (!reuse_pins)
+                unlink(path.c_str());
+            if (int err = bpf_map__set_pin_path(map, path.c_str()))
+                return Status{err, "cannot pin " + path + ": " + std::strerror(-err)};
+        }
+        const int err = tcp_mercury::load(skel_.get());
+        if (!err)
+            return {};
+        result = Status{err, std::string("the kernel refused the BPF congestion control (needs struct_ops, "
+                                         "kernel >= 5.6 with BTF") +
+                                 (reuse_pins ? ", and maps like the ones pinned under " MERCURY_BPF_PIN_DIR : "") +
+                                 "): " + std::strerror(-err)};
+    }
+    return result;
+}
+
+std::vector<bpf_map*> BpfProgram::data_maps() const
+{
+    return {skel_->maps.mercury_tags, skel_->maps.mercury_flows, skel_->maps.mercury_config,
+            skel_->maps.mercury_state, skel_->maps.mercury_socks};
 }
 
 Status BpfProgram::attach()
@@ -106,36 +148,27 @@ Status BpfProgram::attach()
     return {};
 }
 
-Status BpfProgram::pin()
+bool BpfProgram::pins_present()
 {
-    unpin();   // pins a crashed owner left behind
-    pinned_ = true;
-    bpf_map* const maps[] = {skel_->maps.mercury_tags, skel_->maps.mercury_flows, skel_->maps.mercury_config,
-                             skel_->maps.mercury_state, skel_->maps.mercury_socks};
-    for (bpf_map* map : maps) {
-        const std::string path = std::string(MERCURY_BPF_PIN_DIR "/") + bpf_map__name(map);
-        if (int err = bpf_map__pin(map, path.c_str()))
-            return Status{err, "cannot pin " + path + ": " + std::strerror(-err)};
-    }
-    std::ofstream(MERCURY_BPF_OWNER_FILE) << getpid() << "\n";
-    return {};
+    for (const char* name : kMapNames)
+        if (access((std::string(MERCURY_BPF_PIN_DIR "/") + name).c_str(), F_OK) != 0)
+            return false;
+    return true;
 }
 
-void BpfProgram::unpin() const
+void BpfProgram::unpin()
 {
-    for (const char* name : {MERCURY_BPF_MAP_TAGS, MERCURY_BPF_MAP_FLOWS, MERCURY_BPF_MAP_CONFIG,
-                             MERCURY_BPF_MAP_STATE, MERCURY_BPF_MAP_SOCKS})
+    for (const char* name : kMapNames)
         unlink((std::string(MERCURY_BPF_PIN_DIR "/") + name).c_str());
     unlink(MERCURY_BPF_OWNER_FILE);
 }
 
 BpfProgram::~BpfProgram()
 {
-    // Unregister first, so nobody finds maps without a CC behind them.
+    // Unregister; the pins stay, so that the next loader takes over the
+    // entries and the sockets that keep running this program.
     link_fd_ = UniqueFd();
     map_link_.reset();
-    if (pinned_)
-        unpin();
     skel_.reset();
 }
 

@@ -76,7 +76,14 @@ enum mercury_counter {
 	MERCURY_CNT_MAX
 };
 
-#define MERCURY_HASH_BITS	10
+#define MERCURY_HASH_BITS	12
+
+/* A netns's table, allocated when it gets its first entry: most namespaces
+ * on a host never use mercury, and should not pay for it. */
+struct mercury_buckets {
+	struct rcu_head rcu;
+	struct hlist_head head[1 << MERCURY_HASH_BITS];
+};
 
 struct mercury_net {
 	struct mercury_params params;
@@ -85,10 +92,10 @@ struct mercury_net {
 	atomic64_t counters[MERCURY_CNT_MAX];
 
 	spinlock_t lock;			/* writers of the table below */
-	DECLARE_HASHTABLE(entries, MERCURY_HASH_BITS);	/* RCU readers */
+	struct mercury_buckets __rcu *buckets;	/* RCU readers; NULL: empty */
 	u32 n_tags;
 	u32 n_flows;
-	struct delayed_work gc;
+	struct delayed_work gc;			/* queued while entries exist */
 };
 
 struct mercury_net *mercury_pernet(const struct net *net);

@@ -81,7 +81,7 @@ MERCURY_PARAM(delay_thresh_us, 0, 1000000,
 MERCURY_PARAM(entry_ttl_ms, 100, 3600000,
 	      "lifetime of a table entry not set again (default 10000)");
 MERCURY_PARAM(max_entries, 1, 65536,
-	      "table entries per network namespace (default 4096)");
+	      "table entries per network namespace (default 16384)");
 MERCURY_PARAM(max_hold_ms, 10, 60000,
 	      "longest continuous hold; then the flow is let go for max_hold/8 (default 1000)");
 MERCURY_PARAM(debug, 0, 1, "log hold/release transitions (default 0)");

@@ -308,21 +308,26 @@ static int mercury_dump_kind(struct sk_buff *skb, struct netlink_callback *cb,
 {
 	struct mercury_net *mn = mercury_pernet(sock_net(skb->sk));
 	long skip = cb->args[0], idx = 0;
+	struct mercury_buckets *b;
 	struct mercury_entry *e;
 	int bkt;
 
 	rcu_read_lock();
-	hash_for_each_rcu(mn->entries, bkt, e, node) {
-		if ((e->key.kind == MERCURY_KEY_TAG) != tags ||
-		    !time_before(jiffies, READ_ONCE(e->expires)))
-			continue;
-		if (idx++ < skip)
-			continue;
-		if (mercury_fill_entry(skb, cb, cmd, e)) {
-			idx--;
-			break;
+	b = rcu_dereference(mn->buckets);
+	for (bkt = 0; b && bkt < ARRAY_SIZE(b->head); bkt++) {
+		hlist_for_each_entry_rcu(e, &b->head[bkt], node) {
+			if ((e->key.kind == MERCURY_KEY_TAG) != tags ||
+			    !time_before(jiffies, READ_ONCE(e->expires)))
+				continue;
+			if (idx++ < skip)
+				continue;
+			if (mercury_fill_entry(skb, cb, cmd, e)) {
+				idx--;
+				goto out;
+			}
 		}
 	}
+out:
 	rcu_read_unlock();
 	cb->args[0] = idx;
 	return skb->len;

@@ -10,6 +10,7 @@
  */
 
 #include <linux/jhash.h>
+#include <linux/mm.h>
 #include <linux/slab.h>
 #include <net/netns/generic.h>
 #include <net/sock.h>
@@ -23,6 +24,12 @@ static unsigned int mercury_net_id __read_mostly;
 static struct kmem_cache *mercury_entry_cache __read_mostly;
 /* Entries alive in all namespaces; reported for leak checks. */
 static atomic_long_t mercury_entries_alive = ATOMIC_LONG_INIT(0);
+
+/* Every netns has its own max_entries, but namespaces are cheap to make. */
+static unsigned int max_global_entries = 1 << 20;
+module_param(max_global_entries, uint, 0644);
+MODULE_PARM_DESC(max_global_entries,
+		 "table entries in all network namespaces together (default 1048576)");
 
 struct mercury_net *mercury_pernet(const struct net *net)
 {
@@ -45,15 +52,32 @@ static bool mercury_entry_live(const struct mercury_entry *e)
 	return time_before(jiffies, READ_ONCE(e->expires));
 }
 
+static struct hlist_head *mercury_bucket(struct mercury_buckets *b,
+					 const struct mercury_key *key)
+{
+	return &b->head[hash_32(mercury_key_hash(key), MERCURY_HASH_BITS)];
+}
+
+/* Under rcu_read_lock() or mn->lock. */
 static struct mercury_entry *mercury_find_rcu(struct mercury_net *mn,
 					      const struct mercury_key *key)
 {
+	struct mercury_buckets *b;
 	struct mercury_entry *e;
 
-	hash_for_each_possible_rcu(mn->entries, e, node, mercury_key_hash(key))
+	b = rcu_dereference_check(mn->buckets, lockdep_is_held(&mn->lock));
+	if (!b)
+		return NULL;
+	hlist_for_each_entry_rcu(e, mercury_bucket(b, key), node,
+				 lockdep_is_held(&mn->lock))
 		if (!memcmp(&e->key, key, sizeof(*key)))
 			return e;
 	return NULL;
+}
+
+static struct mercury_buckets *mercury_buckets_locked(struct mercury_net *mn)
+{
+	return rcu_dereference_protected(mn->buckets, lockdep_is_held(&mn->lock));
 }
 
 static void mercury_sock_keys(const struct sock *sk, struct mercury_key *tuple,
@@ -137,7 +161,7 @@ static void mercury_entry_remove(struct mercury_net *mn, struct mercury_entry *e
 {
 	u32 *count = mercury_kind_count(mn, e->key.kind);
 
-	hash_del_rcu(&e->node);
+	hlist_del_rcu(&e->node);
 	WRITE_ONCE(*count, *count - 1);
 	call_rcu(&e->rcu, mercury_entry_free_rcu);
 }
@@ -157,13 +181,26 @@ int mercury_entry_set(struct mercury_net *mn, const struct mercury_key *key,
 		      struct netlink_ext_ack *extack)
 {
 	unsigned long expires = jiffies + msecs_to_jiffies(ttl_ms);
-	struct mercury_entry *e, *fresh;
+	struct mercury_buckets *spare = NULL, *b;
+	struct mercury_entry *e, *fresh, *unused = NULL;
 	u32 *count = mercury_kind_count(mn, key->kind);
+	int err = 0;
 
-	/* Allocate outside the lock; freed unused if the key exists. */
-	fresh = kmem_cache_zalloc(mercury_entry_cache, GFP_KERNEL);
-	if (!fresh)
+	/*
+	 * Allocate outside the lock, charged to the caller's memory cgroup.
+	 * The table exists from the first entry to the netns's exit, which
+	 * cannot overlap a request from inside the netns.
+	 */
+	if (!rcu_access_pointer(mn->buckets)) {
+		spare = kvzalloc(sizeof(*spare), GFP_KERNEL_ACCOUNT);
+		if (!spare)
+			return -ENOMEM;
+	}
+	fresh = kmem_cache_zalloc(mercury_entry_cache, GFP_KERNEL_ACCOUNT);
+	if (!fresh) {
+		kvfree(spare);
 		return -ENOMEM;
+	}
 	atomic_long_inc(&mercury_entries_alive);
 	fresh->key = *key;
 	fresh->rank = rank;
@@ -171,6 +208,12 @@ int mercury_entry_set(struct mercury_net *mn, const struct mercury_key *key,
 	fresh->expires = expires;
 
 	spin_lock_bh(&mn->lock);
+	b = mercury_buckets_locked(mn);
+	if (!b) {
+		rcu_assign_pointer(mn->buckets, spare);
+		b = spare;
+		spare = NULL;
+	}
 	e = mercury_find_rcu(mn, key);
 	if (e && e->rank == rank && e->weight == weight) {
 		/*
@@ -179,9 +222,8 @@ int mercury_entry_set(struct mercury_net *mn, const struct mercury_key *key,
 		 * (they look again when their cached expiry passes).
 		 */
 		WRITE_ONCE(e->expires, expires);
-		spin_unlock_bh(&mn->lock);
-		mercury_entry_free_rcu(&fresh->rcu);
-		return 0;
+		unused = fresh;
+		goto out;
 	}
 	if (e) {
 		/* Readers see either the old or the new entry, never a mix. */
@@ -189,17 +231,30 @@ int mercury_entry_set(struct mercury_net *mn, const struct mercury_key *key,
 		call_rcu(&e->rcu, mercury_entry_free_rcu);
 	} else {
 		if (mn->n_tags + mn->n_flows >= READ_ONCE(mn->params.max_entries)) {
-			spin_unlock_bh(&mn->lock);
-			mercury_entry_free_rcu(&fresh->rcu);
 			NL_SET_ERR_MSG_MOD(extack, "mercury table is full (max_entries)");
-			return -ENOSPC;
+			err = -ENOSPC;
+		} else if (atomic_long_read(&mercury_entries_alive) >
+			   READ_ONCE(max_global_entries)) {
+			NL_SET_ERR_MSG_MOD(extack,
+					   "mercury tables of all namespaces are full (max_global_entries)");
+			err = -ENOSPC;
 		}
-		hash_add_rcu(mn->entries, &fresh->node, mercury_key_hash(key));
+		if (err) {
+			unused = fresh;
+			goto out;
+		}
+		hlist_add_head_rcu(&fresh->node, mercury_bucket(b, key));
 		WRITE_ONCE(*count, *count + 1);
+		/* No-op while queued; the work stops when the table empties. */
+		schedule_delayed_work(&mn->gc, MERCURY_GC_INTERVAL);
 	}
 	mercury_bump_gen(mn);
+out:
 	spin_unlock_bh(&mn->lock);
-	return 0;
+	if (unused)
+		mercury_entry_free_rcu(&unused->rcu);
+	kvfree(spare);
+	return err;
 }
 
 int mercury_entry_del(struct mercury_net *mn, const struct mercury_key *key)
@@ -220,13 +275,16 @@ int mercury_entry_del(struct mercury_net *mn, const struct mercury_key *key)
 
 void mercury_flush(struct mercury_net *mn)
 {
+	struct mercury_buckets *b;
 	struct mercury_entry *e;
 	struct hlist_node *tmp;
 	int bkt;
 
 	spin_lock_bh(&mn->lock);
-	hash_for_each_safe(mn->entries, bkt, tmp, e, node)
-		mercury_entry_remove(mn, e);
+	b = mercury_buckets_locked(mn);
+	for (bkt = 0; b && bkt < ARRAY_SIZE(b->head); bkt++)
+		hlist_for_each_entry_safe(e, tmp, &b->head[bkt], node)
+			mercury_entry_remove(mn, e);
 	mercury_bump_gen(mn);
 	spin_unlock_bh(&mn->lock);
 }
@@ -236,24 +294,29 @@ static void mercury_gc(struct work_struct *work)
 {
 	struct mercury_net *mn = container_of(to_delayed_work(work),
 					      struct mercury_net, gc);
+	struct mercury_buckets *b;
 	struct mercury_entry *e;
 	struct hlist_node *tmp;
 	bool changed = false;
 	int bkt;
 
 	spin_lock_bh(&mn->lock);
-	hash_for_each_safe(mn->entries, bkt, tmp, e, node) {
-		if (!mercury_entry_live(e)) {
-			mercury_entry_remove(mn, e);
-			mercury_count(mn, MERCURY_CNT_EXPIRED);
-			changed = true;
+	b = mercury_buckets_locked(mn);
+	for (bkt = 0; b && bkt < ARRAY_SIZE(b->head); bkt++) {
+		hlist_for_each_entry_safe(e, tmp, &b->head[bkt], node) {
+			if (!mercury_entry_live(e)) {
+				mercury_entry_remove(mn, e);
+				mercury_count(mn, MERCURY_CNT_EXPIRED);
+				changed = true;
+			}
 		}
 	}
 	if (changed)
 		mercury_bump_gen(mn);
+	/* An idle netns costs no wakeups; the next entry queues us again. */
+	if (mn->n_tags + mn->n_flows)
+		schedule_delayed_work(&mn->gc, MERCURY_GC_INTERVAL);
 	spin_unlock_bh(&mn->lock);
-
-	schedule_delayed_work(&mn->gc, MERCURY_GC_INTERVAL);
 }
 
 static int __net_init mercury_net_init(struct net *net)
@@ -262,18 +325,23 @@ static int __net_init mercury_net_init(struct net *net)
 
 	mn->params = mercury_defaults;
 	spin_lock_init(&mn->lock);
-	hash_init(mn->entries);
+	RCU_INIT_POINTER(mn->buckets, NULL);
 	INIT_DELAYED_WORK(&mn->gc, mercury_gc);
-	schedule_delayed_work(&mn->gc, MERCURY_GC_INTERVAL);
 	return 0;
 }
 
 static void __net_exit mercury_net_exit(struct net *net)
 {
 	struct mercury_net *mn = mercury_pernet(net);
+	struct mercury_buckets *b;
 
-	cancel_delayed_work_sync(&mn->gc);
+	/* The work requeues itself only under mn->lock, with entries left. */
 	mercury_flush(mn);
+	cancel_delayed_work_sync(&mn->gc);
+	b = rcu_dereference_protected(mn->buckets, true);
+	RCU_INIT_POINTER(mn->buckets, NULL);
+	if (b)
+		kvfree_rcu(b, rcu);
 }
 
 static struct pernet_operations mercury_net_ops = {

@@ -92,6 +92,27 @@ test_netns_delete() {
 	expect netns/freed "entries of a deleted netns freed ($now left of base $base)" [ "$now" = "$base" ]
 }
 
+# Namespaces are cheap: max_global_entries bounds all their tables together.
+GLOBAL_CAP=/sys/module/tcp_mercury/parameters/max_global_entries
+test_global_cap() {
+	local saved base out rc
+	saved=$(cat $GLOBAL_CAP)
+	base=$(global_entries)
+	echo $((base + 3)) >$GLOBAL_CAP
+	$IP netns add g1
+	$IP netns add g2
+	ctl g1 tag set 11 1 && ctl g1 tag set 12 1 && ctl g2 tag set 11 1
+	out=$(ctl g2 tag set 12 1 2>&1)
+	rc=$?
+	expect memory/global-cap "entry $((base + 4)) with max_global_entries=$((base + 3)) (exit $rc): $out" \
+		sh -c "[ $rc = 1 ] && printf '%s' \"\$1\" | grep -q max_global_entries" - "$out"
+	expect memory/global-cap-update "an existing entry can still change" ctl g1 tag set 11 2
+	echo "$saved" >$GLOBAL_CAP
+	expect memory/global-cap-lifted "room again once raised" ctl g2 tag set 12 1
+	wait_for 50 global_entries_are $((base + 4))
+	expect memory/global-count "global entries $base -> $(global_entries)" [ "$(global_entries)" = $((base + 4)) ]
+}
+
 test_unload() {
 	# A netns other than init_net may only default to an allowed CC.
 	echo "reno cubic mercury" >/proc/sys/net/ipv4/tcp_allowed_congestion_control
@@ -136,7 +157,7 @@ test_agent_module_reload() {
 }
 
 dmesg -c >/dev/null
-for t in module_params autoload $BEHAVIOUR_TESTS ss_info netlink_bad_input netlink_random_fuzz netns_delete \
+for t in module_params autoload $BEHAVIOUR_TESTS ss_info netlink_bad_input netlink_random_fuzz netns_delete global_cap \
 	$AGENT_TESTS agent_module_reload replay_modes unload; do
 	run_test $t
 done

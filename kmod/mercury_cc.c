@@ -38,12 +38,11 @@
 
 /* Per-flow state; lives in icsk_ca_priv. */
 struct mercury_sock {
-	u64 held_since_us;	/* tcp_mstamp when the current hold began */
 	struct mercury_ss_round ss;	/* HyStart's delay test, this round */
 	u32 table_gen;		/* mn->gen the priority was resolved at */
 	u32 tag;		/* sk_priority the priority was resolved for */
 	unsigned long expires;	/* jiffies: entry lifetime, if FOUND */
-	u32 saved_cwnd;		/* packets: cwnd before the hold */
+	struct mercury_hold_state hold;
 	u32 cnt;		/* weighted-AI accumulator */
 	u32 last_backoff_us;	/* low 32 bits of tcp_mstamp at last yield */
 	u32 holds;		/* times held */
@@ -193,11 +192,10 @@ static void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
 	struct mercury_window w;
 
 	mercury_load(tp, ca, &w);
-	change = mercury_hold_step(&w, &ca->saved_cwnd, &ca->held_since_us,
-				   ca->flags & MERCURY_F_HELD,
+	change = mercury_hold_step(&w, &ca->hold, ca->flags & MERCURY_F_HELD,
 				   mercury_preempted(mn->last_active_us, ca->rank,
 						     now_us, window_us),
-				   now_us, READ_ONCE(mn->params.max_hold_ms),
+				   tcp_in_cwnd_reduction(sk), now_us, READ_ONCE(mn->params.max_hold_ms),
 				   READ_ONCE(mn->params.cwnd_floor));
 	switch (change) {
 	case MERCURY_HOLD_UNCHANGED:

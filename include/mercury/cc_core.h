@@ -260,21 +260,48 @@ static inline void mercury_yield(struct mercury_window *w, __u32 floor)
 	w->cnt = 0;
 }
 
+/* A flow's own hold bookkeeping (per socket, in icsk_ca_priv). */
+struct mercury_hold_state {
+	__u64 held_since_us;	/* when the current preemption began; 0: none */
+	__u32 saved_cwnd;	/* packets: cwnd before the hold */
+	__u32 saved_ssthresh;	/* ssthresh before a hold clamped it; 0: not clamped */
+};
+
 /* Enter held: remember the window to come back to, clamp to the floor. */
-static inline void mercury_hold(struct mercury_window *w, __u32 *saved_cwnd,
-				__u32 floor)
+static inline void mercury_hold(struct mercury_window *w,
+				struct mercury_hold_state *h, __u32 floor)
 {
-	*saved_cwnd = w->cwnd;
+	h->saved_cwnd = w->cwnd;
 	if (w->cwnd > floor)
 		w->cwnd = floor;
 	w->cnt = 0;
 }
 
-/* Leave held: take back at once what the flow had before. */
-static inline void mercury_unhold(struct mercury_window *w, __u32 saved_cwnd)
+/*
+ * In CWR and Recovery the kernel sets cwnd itself (PRR, toward ssthresh)
+ * after the CC's hooks ran, and sets cwnd = ssthresh when the reduction
+ * ends: a held flow's ssthresh must be at the floor too, or it bursts.
+ */
+static inline void mercury_hold_ssthresh(struct mercury_window *w,
+					 struct mercury_hold_state *h,
+					 __u32 floor)
 {
-	if (saved_cwnd > w->cwnd)
-		w->cwnd = saved_cwnd;
+	if (w->ssthresh <= floor)
+		return;
+	if (!h->saved_ssthresh)
+		h->saved_ssthresh = w->ssthresh;
+	w->ssthresh = floor;
+}
+
+/* Leave held: take back at once what the flow had before. */
+static inline void mercury_unhold(struct mercury_window *w,
+				  struct mercury_hold_state *h)
+{
+	if (h->saved_cwnd > w->cwnd)
+		w->cwnd = h->saved_cwnd;
+	if (h->saved_ssthresh > w->ssthresh)
+		w->ssthresh = h->saved_ssthresh;
+	h->saved_ssthresh = 0;
 }
 
 /* What one hold decision did to a flow's window. */
@@ -290,32 +317,36 @@ enum mercury_hold_change {
  * The hold decision, once per ACK: a flow @preempted by a more urgent rank
  * is held at @floor unless the starvation guard grants it a grace period,
  * and gets its window back when it is no longer held. @held says whether
- * it was held before; @held_since_us and @saved_cwnd are the flow's own.
+ * it was held before; @in_reduction whether the kernel is in CWR or
+ * Recovery (it then drives cwnd toward ssthresh).
  */
 static inline enum mercury_hold_change
-mercury_hold_step(struct mercury_window *w, __u32 *saved_cwnd,
-		  __u64 *held_since_us, int held, int preempted, __u64 now_us,
+mercury_hold_step(struct mercury_window *w, struct mercury_hold_state *h,
+		  int held, int preempted, int in_reduction, __u64 now_us,
 		  __u32 max_hold_ms, __u32 floor)
 {
 	int hold;
 
 	if (!preempted)
-		*held_since_us = 0;
-	else if (!*held_since_us)
-		*held_since_us = now_us;
-	hold = preempted && !mercury_in_grace(*held_since_us, now_us, max_hold_ms);
+		h->held_since_us = 0;
+	else if (!h->held_since_us)
+		h->held_since_us = now_us;
+	hold = preempted && !mercury_in_grace(h->held_since_us, now_us,
+					       max_hold_ms);
 
-	if (hold && !held) {
-		mercury_hold(w, saved_cwnd, floor);
-		return MERCURY_HOLD_ENTERED;
-	}
 	if (hold) {
-		if (w->cwnd > floor)
-			w->cwnd = floor;
-		return MERCURY_HOLD_KEPT;
+		if (held) {
+			if (w->cwnd > floor)
+				w->cwnd = floor;
+		} else {
+			mercury_hold(w, h, floor);
+		}
+		if (in_reduction)
+			mercury_hold_ssthresh(w, h, floor);
+		return held ? MERCURY_HOLD_KEPT : MERCURY_HOLD_ENTERED;
 	}
 	if (held) {
-		mercury_unhold(w, *saved_cwnd);
+		mercury_unhold(w, h);
 		return preempted ? MERCURY_HOLD_GRANTED : MERCURY_HOLD_RELEASED;
 	}
 	return MERCURY_HOLD_UNCHANGED;

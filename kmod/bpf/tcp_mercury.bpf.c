@@ -42,12 +42,11 @@ char _license[] SEC("license") = "GPL";
 
 /* Per-flow state; lives in icsk_ca_priv, like the module's. */
 struct mercury_sock {
-	__u64 held_since_us;	/* tcp_mstamp when the current hold began */
 	__u64 valid_until_ns;	/* look the priority up again after this */
+	struct mercury_hold_state hold;
 	struct mercury_ss_round ss;	/* HyStart's delay test, this round */
 	__u32 table_gen;	/* config gen the priority was resolved at */
 	__u32 tag;		/* sk_priority the priority was resolved for */
-	__u32 saved_cwnd;	/* packets: cwnd before the hold */
 	__u32 cnt;		/* weighted-AI accumulator */
 	__u32 last_backoff_us;	/* low 32 bits of tcp_mstamp at last yield */
 	__u32 holds;		/* times held */
@@ -170,6 +169,15 @@ static __always_inline int tcp_is_cwnd_limited(const struct sock *sk)
 	if (tp->snd_cwnd < tp->snd_ssthresh)
 		return tp->snd_cwnd < 2 * tp->max_packets_out;
 	return !!BPF_CORE_READ_BITFIELD(tp, is_cwnd_limited);
+}
+
+/* tcp_in_cwnd_reduction(): the kernel drives cwnd toward ssthresh (PRR). */
+static __always_inline int mercury_in_cwnd_reduction(const struct sock *sk)
+{
+	const struct inet_connection_sock *icsk = (const void *)sk;
+	__u8 state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state);
+
+	return !!(((1 << TCP_CA_CWR) | (1 << TCP_CA_Recovery)) & (1 << state));
 }
 
 static __always_inline int mercury_has_data(const struct sock *sk)
@@ -353,12 +361,12 @@ static __always_inline void mercury_update_hold(struct sock *sk,
 	struct mercury_window w;
 
 	mercury_load(tp, ca, &w);
-	change = mercury_hold_step(&w, &ca->saved_cwnd, &ca->held_since_us,
-				   ca->flags & MERCURY_F_HELD,
+	change = mercury_hold_step(&w, &ca->hold, ca->flags & MERCURY_F_HELD,
 				   st && mercury_preempted(st->last_active_us,
 							   ca->rank, now_us,
 							   window_us),
-				   now_us, cfg->max_hold_ms, cfg->cwnd_floor);
+				   mercury_in_cwnd_reduction(sk), now_us,
+				   cfg->max_hold_ms, cfg->cwnd_floor);
 	switch (change) {
 	case MERCURY_HOLD_UNCHANGED:
 		return;

@@ -79,46 +79,86 @@ TEST_CASE("hold window is about an RTT, bounded", "[core]")
 TEST_CASE("hold clamps to the floor and release restores the window", "[core]")
 {
     mercury_window w{80, 40, 7};
-    __u32 saved = 0;
-    mercury_hold(&w, &saved, 2);
+    mercury_hold_state h{};
+    mercury_hold(&w, &h, 2);
     CHECK(w.cwnd == 2);
-    CHECK(saved == 80);
-    mercury_unhold(&w, saved);
+    CHECK(h.saved_cwnd == 80);
+    mercury_unhold(&w, &h);
     CHECK(w.cwnd == 80);
+    CHECK(w.ssthresh == 40);
 
     mercury_window small{1, 40, 0};
-    mercury_hold(&small, &saved, 2);
+    mercury_hold(&small, &h, 2);
     CHECK(small.cwnd == 1);   // never raised by a hold
 }
 
 TEST_CASE("hold step: enter, keep at the floor, grant, release", "[core]")
 {
     mercury_window w{80, 40, 7};
-    __u32 saved = 0;
-    __u64 since = 0;
+    mercury_hold_state h{};
     const __u64 t0 = 5'000'000;
 
-    CHECK(mercury_hold_step(&w, &saved, &since, 0, 0, t0, 1000, 2) == MERCURY_HOLD_UNCHANGED);
+    CHECK(mercury_hold_step(&w, &h, 0, 0, 0, t0, 1000, 2) == MERCURY_HOLD_UNCHANGED);
     CHECK(w.cwnd == 80);
 
-    CHECK(mercury_hold_step(&w, &saved, &since, 0, 1, t0, 1000, 2) == MERCURY_HOLD_ENTERED);
+    CHECK(mercury_hold_step(&w, &h, 0, 1, 0, t0, 1000, 2) == MERCURY_HOLD_ENTERED);
     CHECK(w.cwnd == 2);
-    CHECK(saved == 80);
-    CHECK(since == t0);
+    CHECK(w.ssthresh == 40);   // Open: ssthresh is not the kernel's target
+    CHECK(h.saved_cwnd == 80);
+    CHECK(h.held_since_us == t0);
 
-    w.cwnd = 9;   // recovery moved it
-    CHECK(mercury_hold_step(&w, &saved, &since, 1, 1, t0 + 1000, 1000, 2) == MERCURY_HOLD_KEPT);
+    w.cwnd = 9;   // something else moved it
+    CHECK(mercury_hold_step(&w, &h, 1, 1, 0, t0 + 1000, 1000, 2) == MERCURY_HOLD_KEPT);
     CHECK(w.cwnd == 2);
-    CHECK(since == t0);   // the hold goes on from when it began
+    CHECK(h.held_since_us == t0);   // the hold goes on from when it began
 
     // Still preempted after max_hold: the starvation guard lets it go.
-    CHECK(mercury_hold_step(&w, &saved, &since, 1, 1, t0 + 1'000'000, 1000, 2) == MERCURY_HOLD_GRANTED);
+    CHECK(mercury_hold_step(&w, &h, 1, 1, 0, t0 + 1'000'000, 1000, 2) == MERCURY_HOLD_GRANTED);
     CHECK(w.cwnd == 80);
 
-    CHECK(mercury_hold_step(&w, &saved, &since, 0, 1, t0 + 1'125'000, 1000, 2) == MERCURY_HOLD_ENTERED);
-    CHECK(mercury_hold_step(&w, &saved, &since, 1, 0, t0 + 1'200'000, 1000, 2) == MERCURY_HOLD_RELEASED);
+    CHECK(mercury_hold_step(&w, &h, 0, 1, 0, t0 + 1'125'000, 1000, 2) == MERCURY_HOLD_ENTERED);
+    CHECK(mercury_hold_step(&w, &h, 1, 0, 0, t0 + 1'200'000, 1000, 2) == MERCURY_HOLD_RELEASED);
     CHECK(w.cwnd == 80);
-    CHECK(since == 0);
+    CHECK(h.held_since_us == 0);
+}
+
+TEST_CASE("hold step in CWR/Recovery: ssthresh at the floor too, restored on release", "[core]")
+{
+    // Recovery began before the hold: ssthresh (the kernel's PRR target, and
+    // cwnd when the reduction ends) came from the full window.
+    mercury_window w{60, 30, 0};
+    mercury_hold_state h{};
+    const __u64 t0 = 7'000'000;
+
+    CHECK(mercury_hold_step(&w, &h, 0, 1, 1, t0, 1000, 2) == MERCURY_HOLD_ENTERED);
+    CHECK(w.cwnd == 2);
+    CHECK(w.ssthresh == 2);
+    CHECK(h.saved_ssthresh == 30);
+
+    // PRR raised cwnd again; the next ACK puts both back.
+    w.cwnd = 17;
+    w.ssthresh = 2;
+    CHECK(mercury_hold_step(&w, &h, 1, 1, 1, t0 + 100, 1000, 2) == MERCURY_HOLD_KEPT);
+    CHECK(w.cwnd == 2);
+    CHECK(h.saved_ssthresh == 30);   // the first value is the one to restore
+
+    // Undo restored a large ssthresh while held: clamped again in reduction.
+    w.ssthresh = 45;
+    CHECK(mercury_hold_step(&w, &h, 1, 1, 1, t0 + 200, 1000, 2) == MERCURY_HOLD_KEPT);
+    CHECK(w.ssthresh == 2);
+    CHECK(h.saved_ssthresh == 30);
+
+    CHECK(mercury_hold_step(&w, &h, 1, 0, 1, t0 + 300, 1000, 2) == MERCURY_HOLD_RELEASED);
+    CHECK(w.cwnd == 60);
+    CHECK(w.ssthresh == 30);
+    CHECK(h.saved_ssthresh == 0);
+
+    // A held flow that entered recovery already small keeps its ssthresh.
+    mercury_window small{2, 2, 0};
+    mercury_hold_state hs{};
+    CHECK(mercury_hold_step(&small, &hs, 0, 1, 1, t0, 1000, 2) == MERCURY_HOLD_ENTERED);
+    CHECK(small.ssthresh == 2);
+    CHECK(hs.saved_ssthresh == 0);
 }
 
 TEST_CASE("starvation guard: grace of max_hold/8 after every max_hold", "[core]")

@@ -68,6 +68,21 @@ wait $holder 2>/dev/null
 check max-clients-serves-again sh -c "for i in \$(seq 100); do '$bin/mercuryctl' status --socket '$dir/small.sock' >/dev/null 2>&1 && exit 0; sleep 0.05; done; exit 1"
 kill $small
 wait $small 2>/dev/null
+# Limits (agent/PROTOCOL.md): each breach gets its Error; a client that does not
+# read its replies is waited for, not dropped, and costs no more than it reads.
+"$bin/mercuryd" --datapath kmod --socket "$dir/limits.sock" --frame-timeout-ms 300 --max-flows-per-client 5 \
+	2>"$dir/limits.log" &
+limits=$!
+for _ in $(seq 100); do [ -S "$dir/limits.sock" ] && break; sleep 0.05; done
+out=$(/usr/bin/python3 "$(dirname "$0")/hostile.py" partial-frame "$dir/limits.sock" 2>&1)
+check partial-frame-timeout [ $? -eq 0 ] || echo "  $out"
+out=$(/usr/bin/python3 "$(dirname "$0")/hostile.py" flows-limit "$dir/limits.sock" 5 2>&1)
+check max-flows-per-client [ $? -eq 0 ] || echo "  $out"
+out=$(/usr/bin/python3 "$(dirname "$0")/hostile.py" pipeline "$dir/limits.sock" 100 2>&1)
+check pipelined-status-waits [ $? -eq 0 ] || echo "  $out"
+check limits-agent-serves sh -c "'$bin/mercuryctl' status --socket '$dir/limits.sock' >/dev/null"
+kill $limits
+wait $limits 2>/dev/null
 check garbage-harmless kill -0 $agent
 wait $client
 check python-wrapper grep -q "python no-agent ok" "$dir/py.out" || cat "$dir/py.out"

@@ -30,6 +30,11 @@ Options (each may also be a `key = value` line in the config file; flags win):
   --socket-group NAME  group owning the socket (default: the daemon's)
   --max-clients N      trainers and mercuryctl connected at once; more are
                        refused with EBUSY (default 256)
+  --max-flows-per-client N
+                       connections one trainer may register (layers and
+                       lanes); more are refused with ENOSPC (default 16384)
+  --frame-timeout-ms N a client that leaves a frame incomplete this long is
+                       disconnected with ETIMEDOUT (default 10000)
   --entry-ttl-ms N     lifetime of kernel entries, refreshed at 1/3 (default 10000)
   --check-ms N         how often to check on the datapath (default 1000)
   --log-level LEVEL    debug, info, warn or error (default info)
@@ -67,6 +72,14 @@ std::string apply(Config& c, const std::string& key, const std::string& value)
         if (!to_unsigned(value, n) || n < 1 || n > 65536)
             return "max_clients must be 1..65536";
         c.socket.max_clients = n;
+    } else if (key == "max_flows_per_client") {
+        if (!to_unsigned(value, n) || n < 1 || n > 1000000)
+            return "max_flows_per_client must be 1..1000000";
+        c.max_flows_per_client = n;
+    } else if (key == "frame_timeout_ms") {
+        if (!to_unsigned(value, n) || n < 100 || n > 600000)
+            return "frame_timeout_ms must be 100..600000";
+        c.socket.frame_timeout_ms = n;
     } else if (key == "entry_ttl_ms") {
         if (!to_unsigned(value, n) || n < 300 || n > 3600000)
             return "entry_ttl_ms must be 300..3600000";

@@ -19,6 +19,7 @@ struct Config {
     DatapathKind datapath = DatapathKind::kAuto;
     SocketOptions socket;
     KernelSyncOptions kernel;
+    unsigned max_flows_per_client = 16384;   // registered connections per trainer
     LogLevel log_level = LogLevel::kInfo;
 };
 

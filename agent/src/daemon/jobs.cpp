@@ -59,9 +59,12 @@ int JobRegistry::set_model(uint32_t session, const proto::Model& model)
     if (model.layers.empty())
         return EINVAL;
     // A new model invalidates what was learned and registered for the old one.
-    for (const auto& [layer, key] : job->flows)
+    for (const auto& [layer, key] : job->flows) {
         kernel_.remove(key);
+        owners_.erase(key);
+    }
     job->flows.clear();
+    job->priorities.clear();
     job->model = model;
     job->timings = LayerTimings(model.layers.size());
     publish(session, *job);
@@ -82,12 +85,38 @@ int JobRegistry::add_timings(uint32_t session, const proto::Timings& timings)
 
 void JobRegistry::forget_flow(const FlowKey& key)
 {
-    // A connection belongs to one job and one layer or lane: the latest claim wins.
-    for (auto& [other_session, other] : jobs_) {
-        for (auto it = other.flows.begin(); it != other.flows.end();)
-            it = it->second == key ? other.flows.erase(it) : std::next(it);
-        other.lane_flows.erase(key);
+    // A connection belongs to one job and one layer or lane: the latest claim
+    // (proven by its fd) wins.
+    const auto owner = owners_.find(key);
+    if (owner == owners_.end())
+        return;
+    if (Job* other = find(owner->second.session)) {
+        if (owner->second.lane) {
+            other->lane_flows.erase(key);
+        } else {
+            const auto [lo, hi] = other->flows.equal_range(owner->second.layer);
+            for (auto it = lo; it != hi; ++it) {
+                if (it->second == key) {
+                    other->flows.erase(it);
+                    break;
+                }
+            }
+        }
     }
+    owners_.erase(owner);
+}
+
+void JobRegistry::forget_flows(const Job& job)
+{
+    for (const auto& [layer, key] : job.flows)
+        owners_.erase(key);
+    for (const auto& [key, rank] : job.lane_flows)
+        owners_.erase(key);
+}
+
+bool JobRegistry::full(const Job& job) const
+{
+    return job.flows.size() + job.lane_flows.size() >= max_flows_per_session_;
 }
 
 int JobRegistry::register_flow(uint32_t session, uint32_t layer, const FlowKey& key)
@@ -98,8 +127,14 @@ int JobRegistry::register_flow(uint32_t session, uint32_t layer, const FlowKey& 
     if (layer >= job->model.layers.size())
         return EINVAL;
     forget_flow(key);
+    if (full(*job))
+        return ENOSPC;
     job->flows.emplace(layer, key);
-    publish(session, *job);
+    owners_[key] = Owner{session, false, layer};
+    // Only this connection's entry: the layer's priority is already known.
+    const auto& p = job->priorities[layer];
+    kernel_.set(key, EntryValue{p.rank, p.weight});
+    kernel_.flush();
     return 0;
 }
 
@@ -111,8 +146,13 @@ int JobRegistry::register_lane(uint32_t session, uint8_t lane, uint8_t lanes, co
     if (lanes == 0 || lanes > proto::kMaxLanes || lane >= lanes)
         return EINVAL;
     forget_flow(key);
-    job->lane_flows[key] = proto::lane_rank(lane, lanes);
-    publish(session, *job);
+    if (full(*job))
+        return ENOSPC;
+    const uint8_t rank = proto::lane_rank(lane, lanes);
+    job->lane_flows[key] = rank;
+    owners_[key] = Owner{session, true, 0};
+    kernel_.set(key, EntryValue{rank, EntryValue{}.weight});
+    kernel_.flush();
     return 0;
 }
 
@@ -144,19 +184,24 @@ void JobRegistry::close(uint32_t session)
         kernel_.remove(key);
     for (const auto& [key, rank] : job->lane_flows)
         kernel_.remove(key);
+    forget_flows(*job);
     jobs_.erase(session);
     kernel_.flush();
 }
 
+// New priorities from the job's timings: only the connections of layers
+// whose rank or weight moved are pushed again (lanes keep their lane's rank).
 void JobRegistry::publish(uint32_t session, Job& job)
 {
-    job.priorities = compute_priorities(job.timings, job.model.layers.size());
+    auto fresh = compute_priorities(job.timings, job.model.layers.size());
     for (const auto& [layer, key] : job.flows) {
-        const auto& p = job.priorities[layer];
+        const auto& p = fresh[layer];
+        if (layer < job.priorities.size() && job.priorities[layer].rank == p.rank &&
+            job.priorities[layer].weight == p.weight)
+            continue;
         kernel_.set(key, EntryValue{p.rank, p.weight});
     }
-    for (const auto& [key, rank] : job.lane_flows)
-        kernel_.set(key, EntryValue{rank, EntryValue{}.weight});
+    job.priorities = std::move(fresh);
     kernel_.flush();
     notify_ranks(session, job);
 }

@@ -40,6 +40,8 @@ public:
 
     explicit JobRegistry(KernelSync& kernel) : kernel_(kernel) {}
     void set_notifier(RanksNotifier notify) { notify_ = std::move(notify); }
+    // Connections one session may register (layers and lanes): ENOSPC beyond.
+    void set_max_flows_per_session(size_t n) { max_flows_per_session_ = n; }
 
     // Each returns an errno-style error (0 = fine) the session reports.
     int open(uint32_t session, const proto::Hello& hello, uint32_t uid);
@@ -64,10 +66,22 @@ private:
     void publish(uint32_t session, Job& job);  // kernel entries and Ranks from job's priorities
     void notify_ranks(uint32_t session, Job& job);
     void forget_flow(const FlowKey& key);  // in whichever job holds it
+    void forget_flows(const Job& job);     // the owner index's entries of @job
+    bool full(const Job& job) const;
+
+    // Which session holds a connection, and as which layer (or lane): a
+    // claim is found without walking every job's flows.
+    struct Owner {
+        uint32_t session = 0;
+        bool lane = false;
+        uint32_t layer = 0;
+    };
 
     KernelSync& kernel_;
     RanksNotifier notify_;
     std::map<uint32_t, Job> jobs_;
+    std::map<FlowKey, Owner, FlowKeyLess> owners_;
+    size_t max_flows_per_session_ = 16384;
 };
 
 }  // namespace mercury

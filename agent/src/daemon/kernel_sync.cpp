@@ -36,11 +36,13 @@ void KernelSync::stop()
 void KernelSync::set(const FlowKey& key, EntryValue value)
 {
     desired_[key] = value;
+    dirty_.insert(key);
 }
 
 void KernelSync::remove(const FlowKey& key)
 {
-    desired_.erase(key);
+    if (desired_.erase(key))
+        dirty_.insert(key);
 }
 
 KernelSyncStats KernelSync::stats() const
@@ -66,6 +68,7 @@ bool KernelSync::connect()
     warned_absent_ = false;
     ++stats_.reconnects;
     pushed_.clear();
+    dirty_.clear();  // everything goes now
     push_all();
     return nl_ != nullptr;
 }
@@ -75,6 +78,7 @@ void KernelSync::disconnect(const Status& why)
     log_.warn("lost the datapath; will reconnect and push everything", {{"reason", why.describe()}});
     nl_.reset();
     pushed_.clear();
+    dirty_.clear();  // the next connect() pushes everything
 }
 
 bool KernelSync::push(const FlowKey& key, const EntryValue& value)
@@ -103,30 +107,36 @@ void KernelSync::push_all()
     last_refresh_ = Clock::now();
 }
 
+// Pushes what changed since the last flush: its cost follows the change,
+// not the table (a registration must not cost one push per registered flow).
 void KernelSync::flush()
 {
     if (!nl_)
         return;
+    const auto changed = std::move(dirty_);
+    dirty_.clear();
     // Deletions first: an entry the agent no longer wants must not linger.
-    for (auto it = pushed_.begin(); it != pushed_.end();) {
-        if (desired_.count(it->first)) {
-            ++it;
+    for (const auto& key : changed) {
+        const auto p = pushed_.find(key);
+        if (desired_.count(key) || p == pushed_.end())
             continue;
-        }
-        const Status s = nl_->del_flow(it->first);
+        const Status s = nl_->del_flow(key);
         ++stats_.pushes;
         if (!s && s.error != -ENOENT) {
             ++stats_.errors;
             disconnect(s);
             return;
         }
-        it = pushed_.erase(it);
+        pushed_.erase(p);
     }
-    for (const auto& [key, value] : desired_) {
-        const auto p = pushed_.find(key);
-        if (p != pushed_.end() && p->second == value)
+    for (const auto& key : changed) {
+        const auto d = desired_.find(key);
+        if (d == desired_.end())
             continue;
-        if (!push(key, value))
+        const auto p = pushed_.find(key);
+        if (p != pushed_.end() && p->second == d->second)
+            continue;
+        if (!push(key, d->second))
             return;
     }
 }

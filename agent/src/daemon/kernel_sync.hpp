@@ -8,6 +8,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <map>
+#include <set>
 #include <memory>
 
 #include "daemon/log.hpp"
@@ -68,6 +69,7 @@ private:
     std::unique_ptr<Datapath> nl_;
     std::map<FlowKey, EntryValue, FlowKeyLess> desired_;
     std::map<FlowKey, EntryValue, FlowKeyLess> pushed_;   // what the kernel holds, as far as we know
+    std::set<FlowKey, FlowKeyLess> dirty_;                // changed since the last flush()
     Clock::time_point last_refresh_{};
     KernelSyncStats stats_;
     bool warned_absent_ = false;

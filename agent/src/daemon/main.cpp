@@ -59,6 +59,7 @@ int main(int argc, char** argv)
     mercury::DatapathProvider datapath(config.datapath, log);
     mercury::KernelSync kernel(io, log, datapath, config.kernel);
     mercury::JobRegistry jobs(kernel);
+    jobs.set_max_flows_per_session(config.max_flows_per_client);
     mercury::TrainerServer server(io, log, jobs);
     try {
         server.listen(config.socket);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <cerrno>
 #include <cstring>
@@ -25,6 +26,11 @@ constexpr size_t kMaxFdsPerMessage = 16;
 constexpr size_t kMaxPendingFds = 64;
 // Replies a client has not read yet: beyond this it is dropped, not buffered.
 constexpr size_t kMaxQueuedBytes = 16 << 20;
+// Requests are handled only while less than this waits to be written, so a
+// client that sends faster than it reads makes the agent wait, not work.
+constexpr size_t kPauseInputBytes = 64 << 10;
+// Frames handled per turn before other clients get theirs.
+constexpr unsigned kFramesPerTurn = 32;
 
 // A path left by a daemon that died is reused; one that answers is not.
 void remove_stale_socket(const std::string& path)
@@ -69,6 +75,7 @@ void TrainerServer::listen(const SocketOptions& options)
         throw std::runtime_error("cannot listen on " + options.path + ": " + ec.message());
     path_ = options.path;
     max_clients_ = options.max_clients;
+    frame_timeout_ = std::chrono::milliseconds(options.frame_timeout_ms);
 
     if (!options.group.empty()) {
         const group* g = getgrnam(options.group.c_str());
@@ -144,7 +151,7 @@ Session::OwnedFd::~OwnedFd()
 }
 
 Session::Session(TrainerServer& server, stream::socket socket, uint32_t id)
-    : server_(server), socket_(std::move(socket)), id_(id)
+    : server_(server), socket_(std::move(socket)), id_(id), frame_timer_(server.io_)
 {
 }
 
@@ -170,6 +177,7 @@ void Session::close()
     if (closed_)
         return;
     closed_ = true;
+    frame_timer_.cancel();
     boost::system::error_code ec;
     socket_.close(ec);
     auto self = shared_from_this();  // outlive our own removal
@@ -227,8 +235,22 @@ void Session::on_readable()
     }
 
     buffer_.insert(buffer_.end(), chunk, chunk + n);
+    process_input();
+}
+
+void Session::process_input()
+{
+    enum class Next { kRead, kWaitForWrites, kYield } next = Next::kRead;
     size_t offset = 0;
-    for (;;) {
+    for (unsigned handled = 0;; ++handled) {
+        if (out_bytes_ >= kPauseInputBytes) {
+            next = Next::kWaitForWrites;
+            break;
+        }
+        if (handled == kFramesPerTurn) {
+            next = Next::kYield;
+            break;
+        }
         const auto d = proto::decode(std::span(buffer_).subspan(offset));
         if (d.status == proto::DecodeStatus::kNeedMore)
             break;
@@ -241,7 +263,41 @@ void Session::on_readable()
             return;
     }
     buffer_.erase(buffer_.begin(), buffer_.begin() + static_cast<std::ptrdiff_t>(offset));
-    wait_readable();
+    input_paused_ = next == Next::kWaitForWrites;  // write_next() resumes
+    arm_frame_timer(offset > 0);
+    switch (next) {
+    case Next::kRead:
+        wait_readable();
+        break;
+    case Next::kWaitForWrites:
+        break;
+    case Next::kYield:
+        asio::post(socket_.get_executor(), [self = shared_from_this()] {
+            if (!self->closed_)
+                self->process_input();
+        });
+        break;
+    }
+}
+
+// A frame begun must be complete in time (counted from the last complete
+// one): a client cannot pin a partial frame's buffer (up to 1 MiB) forever.
+void Session::arm_frame_timer(bool progressed)
+{
+    const bool waiting = !buffer_.empty() && !input_paused_;
+    if (frame_timer_armed_ && (!waiting || progressed)) {
+        frame_timer_armed_ = false;
+        frame_timer_.cancel();
+    }
+    if (!waiting || frame_timer_armed_)
+        return;
+    frame_timer_armed_ = true;
+    frame_timer_.expires_after(server_.frame_timeout_);
+    frame_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        if (ec || self->closed_ || !self->frame_timer_armed_)
+            return;
+        self->fail(ETIMEDOUT, "incomplete frame for longer than frame_timeout_ms");
+    });
 }
 
 bool Session::fail(int error, const std::string& why)
@@ -285,6 +341,11 @@ void Session::write_next()
                               self->write_next();
                           else if (self->closing_)
                               self->close();
+                          if (self->input_paused_ && self->out_bytes_ < kPauseInputBytes && !self->closed_ &&
+                              !self->closing_) {
+                              self->input_paused_ = false;
+                              self->process_input();
+                          }
                       });
 }
 

@@ -27,6 +27,7 @@ struct SocketOptions {
     unsigned mode = 0660;
     std::string group;  // empty: keep the daemon's group
     unsigned max_clients = 256;
+    unsigned frame_timeout_ms = 10000;  // a frame begun must be complete within this
 };
 
 class Session;
@@ -52,6 +53,7 @@ private:
     std::chrono::steady_clock::time_point last_accept_warning_{};
     std::string path_;
     unsigned max_clients_ = 256;
+    std::chrono::milliseconds frame_timeout_{10000};
     std::map<uint32_t, std::shared_ptr<Session>> sessions_;
     uint32_t next_id_ = 1;
 };
@@ -84,6 +86,10 @@ public:
 private:
     void wait_readable();
     void on_readable();
+    // Handles the complete frames received, a few at a time (others get
+    // their turn) and only while the client reads its replies.
+    void process_input();
+    void arm_frame_timer(bool progressed);
     bool handle(const proto::Message& msg);
     bool fail(int error, const std::string& why);
     void write_next();
@@ -102,6 +108,9 @@ private:
     size_t out_bytes_ = 0;
     std::vector<uint8_t> buffer_;
     std::deque<OwnedFd> fds_;  // passed sockets not yet claimed by a Register
+    bool input_paused_ = false;              // until the write queue drains
+    boost::asio::steady_timer frame_timer_;  // a partial frame's deadline
+    bool frame_timer_armed_ = false;
 };
 
 }  // namespace mercury

@@ -1,0 +1,128 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Clients that test the agent's limits (used by agent_native.sh), in the raw
+agent protocol (agent/PROTOCOL.md). Each prints what happened and exits 0 if
+the agent behaved as documented.
+
+usage: hostile.py partial-frame SOCKET       a frame begun and never finished
+                                             gets ETIMEDOUT, then EOF
+       hostile.py pipeline SOCKET N          N StatusRequests (of a 3,000-layer
+                                             job) sent at once, replies left
+                                             unread for a while: all N are
+                                             answered, the client is not dropped
+       hostile.py flows-limit SOCKET LIMIT   LIMIT registrations pass, the
+                                             next gets ENOSPC (root: by cookie)
+"""
+import errno
+import socket
+import struct
+import sys
+import time
+from typing import Iterator, Tuple
+
+VERSION = 1
+HELLO, MODEL, REGISTER, STATUS_REQUEST, STATUS_REPLY, ERROR = 1, 3, 5, 7, 8, 9
+KIND_COOKIE = 2
+
+
+def frame(kind: int, body: bytes) -> bytes:
+    return struct.pack("<IBBH", len(body), VERSION, kind, 0) + body
+
+
+def string(s: str) -> bytes:
+    return struct.pack("<H", len(s)) + s.encode()
+
+
+def frames(sock: socket.socket) -> Iterator[Tuple[int, bytes]]:
+    buf = b""
+    while True:
+        data = sock.recv(1 << 16)
+        if not data:
+            return
+        buf += data
+        while len(buf) >= 8:
+            length, _, kind, _ = struct.unpack_from("<IBBH", buf)
+            if len(buf) < 8 + length:
+                break
+            yield kind, buf[8:8 + length]
+            buf = buf[8 + length:]
+
+
+def error_of(body: bytes) -> Tuple[int, str]:
+    code = struct.unpack_from("<I", body)[0]
+    (n,) = struct.unpack_from("<H", body, 4)
+    return code, body[6:6 + n].decode(errors="replace")
+
+
+def connect(path: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.settimeout(60)  # a hung agent fails the check instead of the suite
+    return s
+
+
+def partial_frame(path: str) -> int:
+    s = connect(path)
+    s.sendall(struct.pack("<IBBH", 1000, VERSION, HELLO, 0) + b"x" * 10)
+    for kind, body in frames(s):
+        if kind == ERROR:
+            code, why = error_of(body)
+            print(f"refused: errno {code}: {why}")
+            return 0 if code == errno.ETIMEDOUT and s.recv(1) == b"" else 1
+    print("closed without an Error")
+    return 1
+
+
+def pipeline(path: str, n: int) -> int:
+    # A job with 3,000 layers makes each status about 300 KB, so that N
+    # unread replies would be far beyond what the agent may queue.
+    job = connect(path)
+    layers = 3000
+    model = struct.pack("<I", layers) + b"".join(string(f"layer{i}") + struct.pack("<Q", 4096)
+                                                 for i in range(layers))
+    job.sendall(frame(HELLO, string("big") + struct.pack("<II", 0, 0)) + frame(MODEL, model))
+    s = connect(path)
+    s.sendall(frame(STATUS_REQUEST, b"\x01") * n)
+    time.sleep(1)  # not reading: the agent must wait for us, not drop us
+    replies = 0
+    for kind, body in frames(s):
+        if kind == ERROR:
+            code, why = error_of(body)
+            print(f"dropped after {replies} replies: errno {code}: {why}")
+            return 1
+        replies += kind == STATUS_REPLY
+        if replies == n:
+            break
+    print(f"replies={replies} of {n}")
+    return 0 if replies == n else 1
+
+
+def flows_limit(path: str, limit: int) -> int:
+    s = connect(path)
+    msgs = frame(HELLO, string("limits") + struct.pack("<II", 0, 0))
+    msgs += frame(MODEL, struct.pack("<I", 1) + string("layer0") + struct.pack("<Q", 4096))
+    for cookie in range(1, limit + 2):
+        msgs += frame(REGISTER, struct.pack("<IBQ", 0, KIND_COOKIE, 0x7f000000 + cookie))
+    s.sendall(msgs)
+    for kind, body in frames(s):
+        if kind == ERROR:
+            code, why = error_of(body)
+            print(f"refused: errno {code}: {why}")
+            return 0 if code == errno.ENOSPC else 1
+    print(f"all {limit + 1} registrations accepted")
+    return 1
+
+
+def main() -> int:
+    mode, path = sys.argv[1], sys.argv[2]
+    if mode == "partial-frame":
+        return partial_frame(path)
+    if mode == "pipeline":
+        return pipeline(path, int(sys.argv[3]))
+    if mode == "flows-limit":
+        return flows_limit(path, int(sys.argv[3]))
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

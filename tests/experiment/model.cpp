@@ -22,11 +22,75 @@ namespace {
 
 }  // namespace
 
+namespace {
+
+constexpr const char* kNodeForm =
+    "a node line 'nodeN -- DESCRIPTION -- forward_compute_time=MS, backward_compute_time=MS, "
+    "activation_size=BYTES or [BYTES; ...], parameter_size=BYTES [-- stage_id=K]' or an edge line "
+    "'<tab>nodeA -- nodeB'";
+
+// "key=value, key=value": a value is a number or a bracketed list "[a; b]"
+// (activation_size of a node with several outputs). Returns "" or what is wrong.
+std::string parse_attributes(const std::string& text, std::map<std::string, std::string>& out)
+{
+    size_t pos = 0;
+    while (pos < text.size()) {
+        const size_t eq = text.find('=', pos);
+        if (eq == std::string::npos)
+            return "expected key=value at '" + text.substr(pos) + "'";
+        std::string key = text.substr(pos, eq - pos);
+        key.erase(0, key.find_first_not_of(' '));
+        size_t end;
+        if (eq + 1 < text.size() && text[eq + 1] == '[') {
+            end = text.find(']', eq);
+            if (end == std::string::npos)
+                return "unterminated list in " + key;
+            ++end;
+        } else {
+            end = std::min(text.find(',', eq), text.size());
+        }
+        out[key] = text.substr(eq + 1, end - eq - 1);
+        pos = end;
+        if (pos < text.size() && text[pos] == ',')
+            ++pos;
+    }
+    return "";
+}
+
+bool parse_number(const std::string& text, double& out)
+{
+    try {
+        size_t used = 0;
+        out = std::stod(text, &used);
+        return text.find_first_not_of(" \t\r", used) == std::string::npos;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+// A number or "[a; b; ...]" of numbers.
+bool parse_number_or_list(const std::string& text, double& total)
+{
+    if (text.empty() || text.front() != '[')
+        return parse_number(text, total);
+    total = 0;
+    std::istringstream items(text.substr(1, text.size() - 2));
+    for (std::string item; std::getline(items, item, ';');) {
+        double v = 0;
+        if (!parse_number(item, v))
+            return false;
+        total += v;
+    }
+    return true;
+}
+
+}  // namespace
+
 Model parse_pipedream(const std::string& text, const std::string& name)
 {
-    static const std::regex node_re(
-        R"(^(node\d+) -- (.*) -- forward_compute_time=([0-9.eE+-]+), backward_compute_time=([0-9.eE+-]+), )"
-        R"(activation_size=([0-9.eE+-]+), parameter_size=([0-9.eE+-]+)\s*$)");
+    // PipeDream's profiler output (profiler/*/profiles/*/graph.txt), and its
+    // partitioned graphs, which end node lines with " -- stage_id=K".
+    static const std::regex node_re(R"(^(node\d+) -- (.*) -- (forward_compute_time=.*?)(?: -- stage_id=\d+)?\s*$)");
     static const std::regex edge_re(R"(^\s+(node\d+) -- (node\d+)\s*$)");
 
     std::map<std::string, Layer> nodes;
@@ -37,21 +101,38 @@ Model parse_pipedream(const std::string& text, const std::string& name)
         if (line.find_first_not_of(" \t\r") == std::string::npos)
             continue;
         std::smatch m;
-        if (std::regex_match(line, m, node_re)) {
-            Layer l;
-            l.name = m[1].str() + " " + m[2].str().substr(0, m[2].str().find('('));
-            l.forward_ms = std::stod(m[3]);
-            l.backward_ms = std::stod(m[4]);
-            l.param_bytes = static_cast<uint64_t>(std::llround(std::stod(m[6])));
-            if (l.forward_ms < 0 || l.backward_ms < 0)
-                bad(name, lineno, "negative compute time");
-            if (!nodes.emplace(m[1], l).second)
-                bad(name, lineno, "node " + m[1].str() + " defined twice");
-        } else if (std::regex_match(line, m, edge_re)) {
+        if (std::regex_match(line, m, edge_re)) {
             edges.emplace_back(m[1], m[2]);
-        } else {
-            bad(name, lineno, "neither a node nor an edge line");
+            continue;
         }
+        if (!std::regex_match(line, m, node_re))
+            bad(name, lineno, std::string("expected ") + kNodeForm);
+        std::map<std::string, std::string> attrs;
+        if (const std::string err = parse_attributes(m[3], attrs); !err.empty())
+            bad(name, lineno, err);
+        Layer l;
+        l.name = m[1].str() + " " + m[2].str().substr(0, m[2].str().find('('));
+        double param = 0, activation = 0;
+        const std::pair<const char*, double*> wanted[] = {{"forward_compute_time", &l.forward_ms},
+                                                          {"backward_compute_time", &l.backward_ms},
+                                                          {"parameter_size", &param}};
+        for (const auto& [key, dst] : wanted) {
+            const auto it = attrs.find(key);
+            if (it == attrs.end())
+                bad(name, lineno, std::string("missing ") + key + " (expected " + kNodeForm + ")");
+            if (!parse_number(it->second, *dst))
+                bad(name, lineno, std::string(key) + " is not a number: '" + it->second + "'");
+        }
+        if (const auto it = attrs.find("activation_size");
+            it != attrs.end() && !parse_number_or_list(it->second, activation))
+            bad(name, lineno, "activation_size is neither a number nor a list [a; b; ...]: '" + it->second + "'");
+        if (l.forward_ms < 0 || l.backward_ms < 0)
+            bad(name, lineno, "negative compute time");
+        if (param < 0)
+            bad(name, lineno, "negative parameter_size");
+        l.param_bytes = static_cast<uint64_t>(std::llround(param));
+        if (!nodes.emplace(m[1], l).second)
+            bad(name, lineno, "node " + m[1].str() + " defined twice");
     }
     if (nodes.empty())
         throw std::runtime_error(name + ": no nodes");

@@ -26,9 +26,59 @@ TEST_CASE("PipeDream graphs come out in topological order", "[experiment]")
     CHECK(m.layers[2].backward_ms == 2.0);
 }
 
+TEST_CASE("every PipeDream profile variant parses", "[experiment]")
+{
+    // A node with several outputs lists one activation size per output
+    // (profiler/translation/profiles/gnmt/graph.txt).
+    const Model lists = parse_pipedream(
+        "node1 -- Input0 -- forward_compute_time=0.000, backward_compute_time=0.000, activation_size=0.0, "
+        "parameter_size=0.000\n"
+        "node7 -- LSTM(2048, 1024) -- forward_compute_time=3.190, backward_compute_time=5.348, "
+        "activation_size=[6291456.0; 131072.0; 131072.0], parameter_size=50364416.000\n"
+        "\tnode1 -- node7\n",
+        "gnmt");
+    REQUIRE(lists.layers.size() == 2);
+    CHECK(lists.layers[1].name == "node7 LSTM");
+    CHECK(lists.layers[1].param_bytes == 50364416);
+    CHECK(lists.layers[1].backward_ms == 5.348);
+
+    // Partitioned graphs end node lines with a stage (graph/test_graphs/*_partitioned.txt).
+    const Model staged = parse_pipedream(
+        "node2 -- Conv2d(64, 64, kernel_size=(1, 1), stride=(1, 1), bias=False) -- forward_compute_time=1.029, "
+        "backward_compute_time=2.034, activation_size=102760448.000, parameter_size=16384.000 -- stage_id=0\n"
+        "node3 -- ReLU(inplace) -- forward_compute_time=0.5, backward_compute_time=0.25, "
+        "activation_size=102760448.000, parameter_size=0.000 -- stage_id=1\n"
+        "\tnode2 -- node3\n",
+        "staged");
+    REQUIRE(staged.layers.size() == 2);
+    CHECK(staged.layers[0].param_bytes == 16384);
+    CHECK(staged.layers[1].forward_ms == 0.5);
+
+    // Descriptions may hold " -- "-free nesting, commas and parentheses.
+    const Model nested = parse_pipedream(
+        "node5 -- EmuBidirLSTM(  (bidir): LSTM(1024, 1024, bidirectional=True)  (layer1): LSTM(1024, 1024)) -- "
+        "forward_compute_time=5.247, backward_compute_time=0.016, activation_size=12582912.0, "
+        "parameter_size=67174400.000\n",
+        "nested");
+    REQUIRE(nested.layers.size() == 1);
+    CHECK(nested.layers[0].param_bytes == 67174400);
+}
+
 TEST_CASE("malformed profiles fail clearly", "[experiment]")
 {
     CHECK_THROWS_WITH(parse_pipedream("node1 -- X -- nonsense\n", "bad"), Catch::Contains("bad:1"));
+    CHECK_THROWS_WITH(parse_pipedream("node1 -- X -- nonsense\n", "bad"), Catch::Contains("expected a node line"));
+    CHECK_THROWS_WITH(parse_pipedream("node1 -- X -- forward_compute_time=1, activation_size=2, parameter_size=0\n",
+                                      "nobwd"),
+                      Catch::Contains("missing backward_compute_time"));
+    CHECK_THROWS_WITH(parse_pipedream("node1 -- X -- forward_compute_time=1, backward_compute_time=1, "
+                                      "activation_size=[1; x], parameter_size=0\n",
+                                      "badlist"),
+                      Catch::Contains("activation_size is neither a number nor a list"));
+    CHECK_THROWS_WITH(parse_pipedream("node1 -- X -- forward_compute_time=fast, backward_compute_time=1, "
+                                      "activation_size=1, parameter_size=0\n",
+                                      "nan"),
+                      Catch::Contains("forward_compute_time is not a number"));
     CHECK_THROWS_WITH(parse_pipedream("", "empty"), Catch::Contains("no nodes"));
     const std::string cyc =
         "node1 -- A -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=0\n"

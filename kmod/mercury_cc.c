@@ -287,6 +287,23 @@ static u32 mercury_ssthresh(struct sock *sk)
 	return mercury_ssthresh_after_loss(tcp_snd_cwnd(tp), ca->weight);
 }
 
+/*
+ * Runs before icsk_ca_state changes. Recovery entered from CWR calls no
+ * ssthresh() (the reduction is under way): counting both lets the tests
+ * match the CC's view against the kernel's own recovery count exactly.
+ */
+static void mercury_set_state(struct sock *sk, u8 new_state)
+{
+	struct mercury_net *mn;
+
+	if (new_state != TCP_CA_Recovery)
+		return;
+	mn = mercury_net_of(sk);
+	mercury_count(mn, MERCURY_CNT_RECOVERIES);
+	if (inet_csk(sk)->icsk_ca_state == TCP_CA_CWR)
+		mercury_count(mn, MERCURY_CNT_RECOVERIES_FROM_CWR);
+}
+
 static u32 mercury_undo_cwnd(struct sock *sk)
 {
 	struct mercury_sock *ca = mercury_ca(sk);
@@ -349,6 +366,7 @@ static struct tcp_congestion_ops mercury __read_mostly = {
 	.ssthresh	= mercury_ssthresh,
 	.cong_avoid	= mercury_cong_avoid,
 	.undo_cwnd	= mercury_undo_cwnd,
+	.set_state	= mercury_set_state,
 	.cwnd_event	= mercury_cwnd_event,
 	.pkts_acked	= mercury_pkts_acked,
 	.get_info	= mercury_get_info,

@@ -109,6 +109,8 @@ enum mercury_bpf_counter {
 	MERCURY_BPF_CNT_DELAY_BACKOFFS,
 	MERCURY_BPF_CNT_LOSS_EVENTS,
 	MERCURY_BPF_CNT_CWND_FIXUPS,
+	MERCURY_BPF_CNT_RECOVERIES,
+	MERCURY_BPF_CNT_RECOVERIES_FROM_CWR,
 	/* Only in MERCURY_BPF_GLOBAL_STATE: events of a netns whose state
 	 * could not be created (mercury_state full), not counted there. */
 	MERCURY_BPF_CNT_UNCOUNTED,

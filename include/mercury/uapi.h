@@ -145,6 +145,8 @@ enum mercury_stat {
 	MERCURY_STAT_EXPIRED,		/* entries removed by expiry */
 	MERCURY_STAT_TABLE_GEN,		/* bumped by every table change */
 	MERCURY_STAT_GLOBAL_ENTRIES,	/* global: entries in all netns */
+	MERCURY_STAT_RECOVERIES,	/* entries into fast recovery */
+	MERCURY_STAT_RECOVERIES_FROM_CWR, /* of those, from CWR: no ssthresh() call */
 
 	__MERCURY_STAT_MAX,
 	MERCURY_STAT_MAX = __MERCURY_STAT_MAX - 1

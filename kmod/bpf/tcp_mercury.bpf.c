@@ -483,6 +483,21 @@ __u32 BPF_PROG(mercury_ssthresh, struct sock *sk)
 	return mercury_ssthresh_after_loss(tp->snd_cwnd, ca->weight);
 }
 
+/* Before icsk_ca_state changes; see mercury_set_state() in mercury_cc.c. */
+SEC("struct_ops/mercury_set_state")
+void BPF_PROG(mercury_set_state, struct sock *sk, __u8 new_state)
+{
+	const struct inet_connection_sock *icsk = (const void *)sk;
+	struct mercury_bpf_state *st;
+
+	if (new_state != TCP_CA_Recovery)
+		return;
+	st = mercury_state_of(mercury_netns(sk));
+	mercury_count(st, MERCURY_BPF_CNT_RECOVERIES);
+	if (BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state) == TCP_CA_CWR)
+		mercury_count(st, MERCURY_BPF_CNT_RECOVERIES_FROM_CWR);
+}
+
 SEC("struct_ops/mercury_undo_cwnd")
 __u32 BPF_PROG(mercury_undo_cwnd, struct sock *sk)
 {
@@ -519,6 +534,7 @@ struct tcp_congestion_ops mercury = {
 	.ssthresh	= (void *)mercury_ssthresh,
 	.cong_avoid	= (void *)mercury_cong_avoid,
 	.undo_cwnd	= (void *)mercury_undo_cwnd,
+	.set_state	= (void *)mercury_set_state,
 	.cwnd_event	= (void *)mercury_cwnd_event,
 	.pkts_acked	= (void *)mercury_pkts_acked,
 	.flags		= TCP_CONG_NON_RESTRICTED,

@@ -113,7 +113,8 @@ uint32_t expires_ms(const mercury_bpf_entry& e, uint64_t now)
 // Per-netns counters; the last one exists only host-wide.
 constexpr std::array<const char*, MERCURY_BPF_CNT_MAX> kCounterNames{
     "flows_init", "flows_released", "holds", "releases", "starve_grants",
-    "delay_backoffs", "loss_events", "cwnd_fixups", "global_uncounted",
+    "delay_backoffs", "loss_events", "cwnd_fixups", "recoveries", "recoveries_from_cwr",
+    "global_uncounted",
 };
 
 mercury_bpf_config default_config()

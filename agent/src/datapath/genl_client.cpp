@@ -24,7 +24,7 @@ struct StatField {
     const char* name;
     int attr;
 };
-constexpr std::array<StatField, 13> kStatFields{{
+constexpr std::array<StatField, 15> kStatFields{{
     {"flows_init", MERCURY_STAT_FLOWS_INIT},
     {"flows_released", MERCURY_STAT_FLOWS_RELEASED},
     {"holds", MERCURY_STAT_HOLDS},
@@ -38,6 +38,8 @@ constexpr std::array<StatField, 13> kStatFields{{
     {"expired", MERCURY_STAT_EXPIRED},
     {"table_gen", MERCURY_STAT_TABLE_GEN},
     {"global_entries", MERCURY_STAT_GLOBAL_ENTRIES},
+    {"recoveries", MERCURY_STAT_RECOVERIES},
+    {"recoveries_from_cwr", MERCURY_STAT_RECOVERIES_FROM_CWR},
 }};
 
 // What a request's callbacks collect.

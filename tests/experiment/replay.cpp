@@ -4,8 +4,14 @@
 //
 //   mercury-replay server --id S --listen IP:PORT   COMMON
 //   mercury-replay worker --id W --servers IP:PORT,... COMMON [--iterations K] [--warmup N]
-//   mercury-replay ideal  --rate-mbit R COMMON
+//   mercury-replay sim    --rate-mbit R COMMON   (simulated schedule; "ideal" is an old name)
+//   mercury-replay bound  --rate-mbit R COMMON   (a lower bound no run can beat)
 //   COMMON: --profile FILE --mode MODE --workers N --servers-count S --byte-divisor D
+//           [--cc NAME]
+//
+// Every data connection's congestion control is set per socket and read
+// back (never the host's or the netns's default): --cc, by default mercury
+// in priority modes and cubic in the others.
 //
 // Modes (same bytes in each): fifo (one connection per worker-server pair,
 // whole-tensor aggregation), bytescheduler (the same connections; tensors cut
@@ -77,6 +83,7 @@ Mode parse_mode(const std::string& m)
 
 struct Options {
     std::string role, profile, mode_name = "fifo", listen, servers_csv;
+    std::string cc;                          // empty: by mode (Plan::cc)
     uint32_t id = 0, workers = 1, servers = 1, iterations = 10, warmup = 2;
     double byte_divisor = 1, rate_mbit = 100;
     uint64_t partition_bytes = 4 * kChunk;   // bytescheduler, after scaling
@@ -100,6 +107,7 @@ struct Plan {
     std::vector<uint8_t> rank_of_tensor;    // per tensor, from its layer's rank
     std::vector<uint32_t> layer_of_rank;    // a layer holding each rank, for registration
     Mode mode;
+    std::string cc;                         // every data connection's, set per socket
     std::vector<bool> lanes;                // per lane: does any tensor travel on it?
     uint32_t partition_chunks = 1;          // bytescheduler: chunks per partition
 
@@ -111,6 +119,7 @@ struct Plan {
         for (const auto& s : placement.shards)
             chunks.push_back(static_cast<uint32_t>((s.bytes + kChunk - 1) / kChunk));
         mode = parse_mode(o.mode_name);
+        cc = !o.cc.empty() ? o.cc : mode.priority ? "mercury" : "cubic";
         assign_ranks(std::vector<uint8_t>(model.layers.size(), 0));
     }
     // Which rank each layer has: from the agent (workers and servers), or
@@ -338,17 +347,33 @@ std::vector<std::pair<Conn*, short>> poll_conns(const Conns& conns, bool writers
     return ready;
 }
 
-void set_cc(int fd, const char* cc)
+std::string cc_of(int fd)
 {
-    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, std::strlen(cc)) != 0)
-        throw std::runtime_error(std::string("TCP_CONGESTION ") + cc + ": " + std::strerror(errno));
+    char name[16] = {};   // TCP_CA_NAME_MAX
+    socklen_t len = sizeof(name);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0)
+        throw std::runtime_error(std::string("reading TCP_CONGESTION: ") + std::strerror(errno));
+    return std::string(name, strnlen(name, sizeof(name)));
 }
 
-int tcp_connect(const Endpoint& ep, bool mercury_cc)
+void expect_cc(int fd, const std::string& cc)
+{
+    if (const std::string got = cc_of(fd); got != cc)
+        throw std::runtime_error("a connection runs " + got + ", not " + cc);
+}
+
+// Sets @cc and checks it took: a baseline must never run the host's default.
+void pin_cc(int fd, const std::string& cc)
+{
+    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc.data(), static_cast<socklen_t>(cc.size())) != 0)
+        throw std::runtime_error("TCP_CONGESTION " + cc + ": " + std::strerror(errno));
+    expect_cc(fd, cc);
+}
+
+int tcp_connect(const Endpoint& ep, const std::string& cc)
 {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (mercury_cc)
-        set_cc(fd, "mercury");
+    pin_cc(fd, cc);
     sockaddr_in sin{};
     sin.sin_family = AF_INET;
     sin.sin_port = htons(ep.port);
@@ -420,7 +445,7 @@ int run_worker(const Options& o)
         for (uint32_t lane = 0; lane < plan.lanes.size(); ++lane) {
             if (!plan.lanes[lane])
                 continue;
-            const int fd = tcp_connect(servers[s], plan.mode.priority);
+            const int fd = tcp_connect(servers[s], plan.cc);
             const uint32_t hello[3] = {kMagic, o.id, lane};
             send_all(fd, hello, sizeof(hello));
             if (agent)
@@ -584,8 +609,8 @@ int run_worker(const Options& o)
     uint64_t per_iteration = 0;
     for (const auto& t : plan.placement.tensors)
         per_iteration += t.bytes;
-    std::printf("{\"role\":\"worker\",\"id\":%u,\"model\":\"%s\",\"mode\":\"%s\",\"iterations\":[", o.id,
-                plan.model.name.c_str(), o.mode_name.c_str());
+    std::printf("{\"role\":\"worker\",\"id\":%u,\"model\":\"%s\",\"mode\":\"%s\",\"cc\":\"%s\",\"iterations\":[",
+                o.id, plan.model.name.c_str(), o.mode_name.c_str(), plan.cc.c_str());
     for (size_t i = 0; i < iters.size(); ++i)
         std::printf("%s%.4f", i ? "," : "", iters[i]);
     std::printf("],\"mean_s\":%.4f,\"pushed_bytes\":%llu,\"expected_push_bytes\":%llu,\"pulled_bytes\":%llu,"
@@ -607,8 +632,7 @@ int run_server(const Options& o)
     const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
     const int one = 1;
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (plan.mode.priority)
-        set_cc(lfd, "mercury");
+    pin_cc(lfd, plan.cc);   // accepted connections inherit it
     sockaddr_in sin{};
     sin.sin_family = AF_INET;
     sin.sin_port = htons(ep->port);
@@ -664,6 +688,7 @@ int run_server(const Options& o)
         if (accepting && (fds[i++].revents & POLLIN)) {
             const int fd = ::accept(lfd, nullptr, nullptr);
             if (fd >= 0) {
+                expect_cc(fd, plan.cc);
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
                 peers.push_back({std::make_unique<Conn>(fd)});
             }
@@ -701,8 +726,51 @@ int run_server(const Options& o)
         if (accepting && route.size() == expected)
             accepting = false;
     }
-    std::printf("{\"role\":\"server\",\"id\":%u,\"received_bytes\":%llu}\n", o.id,
-                static_cast<unsigned long long>(received));
+    std::printf("{\"role\":\"server\",\"id\":%u,\"cc\":\"%s\",\"received_bytes\":%llu}\n", o.id,
+                plan.cc.c_str(), static_cast<unsigned long long>(received));
+    return 0;
+}
+
+// A lower bound on the iteration time no schedule can beat, whatever the
+// transport: the compute time (a worker's forward and backward passes run
+// one after the other), and the busiest link's bytes at the link's rate.
+// Bytes on a link: every chunk's payload and 16-byte header, carried in
+// full-sized TCP segments (1448 payload bytes in a 1514-byte frame, which is
+// what tbf counts); ACKs and bytescheduler's credit messages are left out,
+// so the bound stays below anything achievable.
+int run_bound(const Options& o)
+{
+    Plan plan(o);
+    constexpr double kWirePerPayload = 1514.0 / 1448.0;
+    // The compute the workers emulate: the profile's times in whole µs.
+    const auto [fwd_us, bwd_us] = plan.timings_us();
+    double compute_us = 0;
+    for (size_t i = 0; i < fwd_us.size(); ++i)
+        compute_us += fwd_us[i] + bwd_us[i];
+    std::vector<double> server_bytes(o.servers, 0);   // one worker's pushes to each server
+    double worker_bytes = 0;
+    for (uint32_t s = 0; s < plan.placement.shards.size(); ++s) {
+        const double b = static_cast<double>(plan.placement.shards[s].bytes) + sizeof(Header) * plan.chunks[s];
+        worker_bytes += b;
+        server_bytes[plan.placement.shards[s].server] += b;
+    }
+    // Each server link carries every worker's share of its shards, both ways;
+    // each worker link carries all pushes up and all pulls down.
+    std::string busiest = "worker link";
+    double busiest_bytes = worker_bytes;
+    for (uint32_t s = 0; s < o.servers; ++s) {
+        if (server_bytes[s] * o.workers > busiest_bytes) {
+            busiest_bytes = server_bytes[s] * o.workers;
+            busiest = "server " + std::to_string(s) + " link";
+        }
+    }
+    const double link_s = busiest_bytes * kWirePerPayload * 8 / (o.rate_mbit * 1e6);
+    const double compute_s = compute_us / 1e6;
+    std::printf("{\"role\":\"bound\",\"model\":\"%s\",\"workers\":%u,\"servers\":%u,\"rate_mbit\":%g,"
+                "\"byte_divisor\":%g,\"compute_s\":%.4f,\"busiest_link\":\"%s\",\"busiest_link_bytes\":%.0f,"
+                "\"link_s\":%.4f,\"bound_s\":%.4f}\n",
+                plan.model.name.c_str(), o.workers, o.servers, o.rate_mbit, o.byte_divisor, compute_s, busiest.c_str(),
+                busiest_bytes * kWirePerPayload, link_s, std::max(compute_s, link_s));
     return 0;
 }
 
@@ -728,7 +796,7 @@ Options parse(int argc, char** argv)
 {
     Options o;
     if (argc < 2)
-        throw std::runtime_error("usage: mercury-replay server|worker|ideal OPTIONS (see the header of replay.cpp)");
+        throw std::runtime_error("usage: mercury-replay server|worker|sim|bound OPTIONS (see the header of replay.cpp)");
     o.role = argv[1];
     for (int i = 2; i < argc; i += 2) {
         if (i + 1 >= argc)
@@ -747,6 +815,7 @@ Options parse(int argc, char** argv)
         else if (a == "--rate-mbit") o.rate_mbit = std::stod(v);
         else if (a == "--partition-bytes") o.partition_bytes = std::stoull(v);
         else if (a == "--credit") o.credit = static_cast<uint32_t>(std::stoul(v));
+        else if (a == "--cc") o.cc = v;
         else throw std::runtime_error("unknown option " + a);
     }
     if (o.profile.empty() || !o.workers || !o.servers || o.byte_divisor <= 0 || o.iterations < 2)
@@ -768,9 +837,11 @@ int main(int argc, char** argv)
             return run_worker(o);
         if (o.role == "server")
             return run_server(o);
-        if (o.role == "ideal")
+        if (o.role == "sim" || o.role == "ideal")
             return run_ideal(o);
-        throw std::runtime_error("role is server, worker or ideal");
+        if (o.role == "bound")
+            return run_bound(o);
+        throw std::runtime_error("role is server, worker, sim or bound");
     } catch (const std::exception& e) {
         std::fprintf(stderr, "mercury-replay: %s\n", e.what());
         return 1;

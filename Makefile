@@ -54,8 +54,9 @@ fuzz:
 test: deps
 	scripts/run-tests.sh
 
-# The paper's experiment natively with the BPF datapath: every model, every
-# mode, a bandwidth sweep; build/bench.{log,json,png}, build/bench-sweep.png.
+# The paper's experiment natively with the BPF datapath: models x bandwidths,
+# ByteScheduler tuned per point, repeats with CIs, every baseline's CC pinned,
+# checked against a lower bound; build/bench.{log,md,json,png}.
 bench: deps user
 	scripts/bench.sh $(BUILD)/bench
 

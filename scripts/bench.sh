@@ -6,37 +6,50 @@
 #
 #  1. Checks the emulation is not CPU-bound: every host link loaded in both
 #     directions at once must carry >= 90% of its configured rate.
-#  2. Every shared model in every mode on 4 workers + 4 servers, bytes scaled
-#     so the cluster is a 10 Gbit/s one; bytescheduler over a small sweep of
-#     partition size and credit (the report keeps the best).
-#  3. Speedup against bandwidth: VGG-16, AlexNet and ResNet-50 from 2.5 to 40 Gbit/s
-#     (the same physical rate, bytes scaled by the bandwidth ratio).
+#  2. For every model and emulated bandwidth (POINTS), bytes scaled so the
+#     cluster is one of that bandwidth:
+#     - ByteScheduler is tuned first: one run per setting of a
+#       BS_PARTITIONS x BS_CREDITS grid; the best setting goes on;
+#     - then REPEATS rounds, interleaved, of: fifo (BASELINE_CC), fifo on bbr
+#       (a second reference), the tuned bytescheduler (BASELINE_CC) and
+#       mercury (the mercury CC); plus mercury-noprio and prio-only where
+#       ABLATION_POINTS says. Every connection's CC is set per socket and read
+#       back (mercury-replay --cc), never the host's default;
+#     - every run is checked against `mercury-replay bound` (compute, and the
+#       busiest link's bytes with header overhead at the link rate): a run
+#       faster than it fails the bench, loudly.
 # Prints RESULT/CHECK lines (kept in OUT.log; every run's raw JSON lines in
-# OUT.runs.jsonl) and writes OUT.json, OUT.png, OUT-sweep.png via
-# scripts/bench-report.py.
+# OUT.runs.jsonl) and writes OUT.json, OUT.md, OUT.png via
+# scripts/bench-report.py (means, 95% CIs, CVs, speedups with CIs).
 #
-# usage: bench.sh OUT_PREFIX      env: RATE (Mbit/s per link, default 50:
-#        the highest at which every link passes the check on two cores),
-#        MODELS, SWEEP_MODELS, SWEEP_GBPS, ITER (default 8), BS_SETTINGS
+# usage: bench.sh OUT_PREFIX
+# env: W, S (workers, servers; 4, 4), RATE (Mbit/s per link, default 50: the
+#      highest at which every link passes the check on two cores), POINTS
+#      ("model:gbps,gbps ..."), ABLATION_POINTS ("model:gbps ..."), ITER (8),
+#      ITER_TUNE (5, for ByteScheduler's search), REPEATS (3), BASELINE_CC
+#      (cubic), BS_PARTITIONS, BS_CREDITS
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=$1
 bin=${BIN:-$top/build/user/guest-bin}
 export PATH=$bin:$PATH IP=${IP:-/usr/sbin/ip} TC=${TC:-/usr/sbin/tc}
 profiles=$top/tests/experiment/profiles
+W=${W:-4} S=${S:-4}
 RATE=${RATE:-50}
-MODELS=${MODELS-"vgg16 alexnet resnet50 resnet18"}
-SWEEP_MODELS=${SWEEP_MODELS-"vgg16 alexnet resnet50"}
-SWEEP_GBPS=${SWEEP_GBPS:-"2.5 5 10 20 40"}
+POINTS=${POINTS-"vgg16:2.5,5,10 alexnet:2.5,5 resnet50:2.5,5,10"}
+ABLATION_POINTS=${ABLATION_POINTS-"vgg16:10"}
 ITER=${ITER:-8}
-# partition bytes (after scaling) : credit (partitions)
-BS_SETTINGS=${BS_SETTINGS:-"65536:16 262144:8 262144:16 1048576:4 1048576:8"}
-SWEEP_BS_SETTINGS=${SWEEP_BS_SETTINGS:-"262144:8 1048576:8"}
-W=4 S=4
+ITER_TUNE=${ITER_TUNE:-5}
+REPEATS=${REPEATS:-3}
+BASELINE_CC=${BASELINE_CC:-cubic}
+# partition bytes (after scaling) x credit (partitions outstanding)
+BS_PARTITIONS=${BS_PARTITIONS:-"32768 131072 524288 2097152"}
+BS_CREDITS=${BS_CREDITS:-"1 2 4 8"}
 log=$out.log
 mkdir -p "$(dirname "$out")"
 : >"$log"
 : >"$out.runs.jsonl"
+failed=0
 
 say() { echo "$*" | tee -a "$log"; }
 . "$top/scripts/bpf-loader.sh"
@@ -48,7 +61,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 bpf_loader_start bench "$out.agent.log" || exit 1
-say "INFO bench: $W workers + $S servers, ${RATE} Mbit/s per link, $ITER iterations (2 warm-up), datapath $(mercuryctl stats >/dev/null 2>&1 && echo bpf)"
+cc_available() { grep -qw "$1" /proc/sys/net/ipv4/tcp_available_congestion_control; }
+for cc in "$BASELINE_CC" mercury; do
+	cc_available "$cc" || { say "FAIL bench: congestion control $cc is not available"; exit 1; }
+done
+REF_CC=bbr
+cc_available $REF_CC || REF_CC=""
+say "INFO bench: $W workers + $S servers, ${RATE} Mbit/s per link, $ITER iterations (2 warm-up), $REPEATS repeats," \
+	"baselines on $BASELINE_CC${REF_CC:+ (and fifo on $REF_CC)}, mercury on mercury (BPF datapath)"
 
 # 1. Link check: worker i <-> server i, both directions, all at once; each
 # link's bytes on the wire (its tbf's counter), read twice 3 s apart while
@@ -62,77 +82,108 @@ qdisc_bytes() {	# every host link: uplink (host egress), downlink (bridge port)
 }
 
 linkcheck() {
-	local i flows="" f min mean
+	local i flows="" min mean pairs=$((W < S ? W : S))
 	sh "$top/scripts/cluster.sh" up $W $S "$RATE"
-	for i in $(seq 0 $((W - 1))); do
-		for ns in "mc-w$i" "mc-s$i"; do
-			$IP netns exec "$ns" mercury-flow server --port 5201 >/dev/null 2>&1 &
-		done
-	done
+	for i in $(seq 0 $((W - 1))); do $IP netns exec "mc-w$i" mercury-flow server --port 5201 >/dev/null 2>&1 & done
+	for i in $(seq 0 $((S - 1))); do $IP netns exec "mc-s$i" mercury-flow server --port 5201 >/dev/null 2>&1 & done
 	sleep 0.5
-	for i in $(seq 0 $((W - 1))); do
-		$IP netns exec "mc-w$i" mercury-flow client --connect "10.3.0.$((100 + i)):5201" --seconds 12 >/dev/null 2>&1 &
+	# Worker i and server i send to each other; the links of hosts without a
+	# partner are loaded by the next host's partner.
+	for i in $(seq 0 $(((W > S ? W : S) - 1))); do
+		$IP netns exec "mc-w$((i % W))" mercury-flow client --cc "$BASELINE_CC" \
+			--connect "10.3.0.$((100 + i % S)):5201" --seconds 12 >/dev/null 2>&1 &
 		flows="$flows $!"
-		$IP netns exec "mc-s$i" mercury-flow client --connect "10.3.0.$((10 + i)):5201" --seconds 12 >/dev/null 2>&1 &
+		$IP netns exec "mc-s$((i % S))" mercury-flow client --cc "$BASELINE_CC" \
+			--connect "10.3.0.$((10 + i % W)):5201" --seconds 12 >/dev/null 2>&1 &
 		flows="$flows $!"
 	done
 	sleep 1
-	qdisc_bytes >/tmp/bench-q0
+	qdisc_bytes >"$out.q0"
 	sleep 3
-	qdisc_bytes >/tmp/bench-q1
+	qdisc_bytes >"$out.q1"
 	for f in $flows; do wait "$f"; done
 	sh "$top/scripts/cluster.sh" down
-	read -r min mean < <(paste -d' ' /tmp/bench-q0 /tmp/bench-q1 |
+	read -r min mean < <(paste -d' ' "$out.q0" "$out.q1" |
 		awk -v r="$RATE" '{ u = ($6 - $3) * 8 / (($5 - $2) * r * 1e6); s += u; n++; if (n == 1 || u < m) m = u }
 			END { printf "%.3f %.3f\n", m, s / n }')
-	rm -f /tmp/bench-q0 /tmp/bench-q1
-	say "CHECK link_util_min=$min link_util_mean=$mean rate_mbit=$RATE links=$((2 * (W + S))) ok=$(awk -v m="$min" 'BEGIN { print (m >= 0.9) ? "yes" : "no" }')"
+	rm -f "$out.q0" "$out.q1"
+	say "CHECK link_util_min=$min link_util_mean=$mean rate_mbit=$RATE links=$((2 * (W + S))) workers=$W servers=$S ok=$(awk -v m="$min" 'BEGIN { print (m >= 0.9) ? "yes" : "no" }')"
+	[ "$pairs" -gt 0 ]
 }
 
-# run MODEL MODE GBPS [EXTRA...]: one training run; prints a RESULT line.
+divisor_of() { awk -v g="$1" -v r="$RATE" 'BEGIN { printf "%g", g * 1000 / r }'; }
+replay_json() {	# replay_json ROLE MODEL GBPS MODE: sim or bound
+	mercury-replay "$1" --profile "$profiles/$2.graph.txt" --mode "$4" --workers $W --servers-count $S \
+		--byte-divisor "$(divisor_of "$3")" --rate-mbit "$RATE" --iterations "$ITER"
+}
+field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
+
+# run MODEL GBPS MODE LABEL PHASE REPEAT [REPLAY ARGS...]: one training run;
+# prints a RESULT line. PHASE: tune (ByteScheduler's search) or measure.
 run() {
-	local model=$1 mode=$2 gbps=$3 label=$2
-	shift 3
-	local divisor json mean ideal simfifo ok util
-	divisor=$(awk -v g="$gbps" -v r="$RATE" 'BEGIN { printf "%g", g * 1000 / r }')
-	[ $# -gt 0 ] && label="$mode:$(echo "$*" | awk '{ print $2 ":" $4 }')"
+	local model=$1 gbps=$2 mode=$3 label=$4 phase=$5 repeat=$6
+	shift 6
+	local json mean ok cc verdict
 	sh "$top/scripts/cluster.sh" up $W $S "$RATE"
-	json=$(REPLAY_ARGS="$*" timeout 300 sh "$top/scripts/train.sh" "$profiles/$model.graph.txt" "$mode" $W $S "$divisor" "$ITER")
+	local iterations=$ITER
+	[ "$phase" = tune ] && iterations=$ITER_TUNE
+	json=$(REPLAY_ARGS="$*" timeout 600 sh "$top/scripts/train.sh" "$profiles/$model.graph.txt" "$mode" $W $S \
+		"$(divisor_of "$gbps")" "$iterations")
 	sh "$top/scripts/cluster.sh" down
-	echo "$json" | sed "s/^{/{\"run\":\"$model $label $gbps\",/" >>"$out.runs.jsonl"
+	echo "$json" | sed "s/^{/{\"run\":\"$model $label $gbps $phase $repeat\",/" >>"$out.runs.jsonl"
 	mean=$(echo "$json" | awk -F'"mean_s":' '/"role":"worker"/ { split($2, a, ","); s += a[1]; n++ } END { if (n) printf "%.4f", s / n; else print "nan" }')
+	cc=$(echo "$json" | grep -o '"cc":"[a-z0-9_]*"' | sort -u | sed 's/"cc":"\(.*\)"/\1/' | paste -sd+)
 	ok=$(echo "$json" | awk -v workers=$W -f "$top/tests/cc/check_replay.awk" >/dev/null && echo yes || echo no)
-	# Worker uplink utilisation over the measured iterations.
-	util=$(echo "$json" | awk -F'[:,]' -v rate="$RATE" -v it="$ITER" -v m="$mean" '/"role":"worker"/ {
-		for (i = 1; i < NF; i++) if ($i == "\"pushed_bytes\"") b = $(i + 1)
-		if (m > 0) { u += b / it * 8 / (m * rate * 1e6); n++ } } END { printf "%.3f", n ? u / n : 0 }')
-	ideal=$(mercury-replay ideal --profile "$profiles/$model.graph.txt" --mode mercury --workers $W --servers-count $S \
-		--byte-divisor "$divisor" --rate-mbit "$RATE" --iterations "$ITER" | sed 's/.*"mean_s":\([0-9.]*\).*/\1/')
-	simfifo=$(mercury-replay ideal --profile "$profiles/$model.graph.txt" --mode fifo --workers $W --servers-count $S \
-		--byte-divisor "$divisor" --rate-mbit "$RATE" --iterations "$ITER" | sed 's/.*"mean_s":\([0-9.]*\).*/\1/')
-	say "RESULT model=$model mode=$label gbps=$gbps mean_s=$mean ideal_s=$ideal sim_fifo_s=$simfifo uplink_util=$util bytes_accounted=$ok"
+	verdict=ok
+	if awk -v m="$mean" -v b="$BOUND" 'BEGIN { exit !(m == "nan" || m + 0 < b + 0) }'; then
+		verdict=BELOW-BOUND
+		[ "$mean" = nan ] && verdict=NO-RESULT
+		failed=1
+	fi
+	say "RESULT model=$model gbps=$gbps mode=$label cc=${cc:-none} phase=$phase repeat=$repeat mean_s=$mean" \
+		"bound_s=$BOUND sim_s=$SIM bytes_accounted=$ok verdict=$verdict"
+	[ "$verdict" = ok ] || say "FAIL bench: $model $label at $gbps Gbit/s: mean $mean s against bound $BOUND s ($verdict)"
 }
 
-bytescheduler_sweep() {	# MODEL GBPS SETTINGS
-	local s
-	for s in $3; do
-		run "$1" bytescheduler "$2" --partition-bytes "${s%%:*}" --credit "${s##*:}"
+# tune MODEL GBPS: one run per grid setting; sets BEST_BS to the fastest.
+tune() {
+	local p c mean best=""
+	BEST_BS=""
+	for p in $BS_PARTITIONS; do
+		for c in $BS_CREDITS; do
+			run "$1" "$2" bytescheduler "bytescheduler:$p:$c" tune 0 --cc "$BASELINE_CC" --partition-bytes "$p" --credit "$c"
+			mean=$(tail -1 "$log" | sed -n 's/.* mean_s=\([0-9.]*\).*/\1/p')
+			[ -n "$mean" ] || continue
+			if [ -z "$best" ] || awk -v m="$mean" -v b="$best" 'BEGIN { exit !(m < b) }'; then
+				best=$mean
+				BEST_BS="$p:$c"
+			fi
+		done
 	done
+	say "INFO tuned bytescheduler for $1 at $2 Gbit/s: partition:credit $BEST_BS ($best s)"
 }
 
 linkcheck
-for model in $MODELS; do
-	for mode in fifo mercury mercury-noprio prio-only; do
-		run "$model" "$mode" 10
+for point in $POINTS; do
+	model=${point%%:*}
+	for gbps in $(echo "${point#*:}" | tr , ' '); do
+		BOUND=$(replay_json bound "$model" "$gbps" mercury | field bound_s)
+		SIM=$(replay_json sim "$model" "$gbps" mercury | field mean_s)
+		say "INFO point $model $gbps Gbit/s: $(replay_json bound "$model" "$gbps" mercury)"
+		tune "$model" "$gbps"
+		for r in $(seq 1 "$REPEATS"); do
+			run "$model" "$gbps" fifo fifo measure "$r" --cc "$BASELINE_CC"
+			[ -n "$REF_CC" ] && run "$model" "$gbps" fifo "fifo-$REF_CC" measure "$r" --cc "$REF_CC"
+			[ -n "$BEST_BS" ] && run "$model" "$gbps" bytescheduler "bytescheduler:$BEST_BS" measure "$r" \
+				--cc "$BASELINE_CC" --partition-bytes "${BEST_BS%%:*}" --credit "${BEST_BS##*:}"
+			run "$model" "$gbps" mercury mercury measure "$r"
+			if echo " $ABLATION_POINTS " | grep -q " $model:$gbps "; then
+				run "$model" "$gbps" mercury-noprio mercury-noprio measure "$r" --cc "$BASELINE_CC"
+				run "$model" "$gbps" prio-only prio-only measure "$r"
+			fi
+		done
 	done
-	bytescheduler_sweep "$model" 10 "$BS_SETTINGS"
 done
-for model in $SWEEP_MODELS; do
-	for gbps in $SWEEP_GBPS; do
-		[ "$gbps" = 10 ] && continue   # measured above
-		run "$model" fifo "$gbps"
-		run "$model" mercury "$gbps"
-		bytescheduler_sweep "$model" "$gbps" "$SWEEP_BS_SETTINGS"
-	done
-done
-python3 "$top/scripts/bench-report.py" "$log" "$out"
+python3 "$top/scripts/bench-report.py" "$log" "$out" || failed=1
+[ "$failed" = 0 ] || say "FAIL bench: see the FAIL lines above"
+exit $failed

@@ -17,16 +17,9 @@ if [ -f "$dest/.complete" ]; then
 	exit 0
 fi
 
-rm -rf "$dest" && mkdir -p "$dest"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-(
-	cd "$tmp"
-	# The signed image and the unsigned one carry the same kernel; take whichever exists.
-	apt-get download -q "linux-image-$rel=$ver" >&2 ||
-		apt-get download -q "linux-image-$rel-unsigned=$ver" >&2
-)
-dpkg-deb -x "$tmp"/linux-image-*.deb "$dest/root"
+. "$here/lib/apt-unpack.sh"
+# The signed image and the unsigned one carry the same kernel; take whichever exists.
+unpack_debs "$dest" "linux-image-$rel=$ver|linux-image-$rel-unsigned=$ver"
 cp "$dest/root/boot/vmlinuz-$rel" "$dest/vmlinuz"
 depmod -b "$dest/root" "$rel"
 touch "$dest/.complete"

@@ -20,15 +20,8 @@ if [ -f "$dest/.complete" ]; then
 	echo "$dir"
 	exit 0
 fi
-rm -rf "$dest" && mkdir -p "$dest/root"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-(
-	cd "$tmp"
-	apt-get download -q "linux-headers-$rel" "linux-headers-$base-common" "linux-kbuild-$base" >&2 ||
-		apt-get download -q "linux-headers-$rel" "linux-headers-$base-common" "linux-kbuild-$kbuild" >&2
-)
-for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$dest/root"; done
+. "$here/lib/apt-unpack.sh"
+unpack_debs "$dest" "linux-headers-$rel" "linux-headers-$base-common" "linux-kbuild-$base|linux-kbuild-$kbuild"
 # The arch tree includes the common one by absolute path.
 sed -i "s|^include /usr/src/|include $dest/root/usr/src/|" "$dir/Makefile"
 [ -e "$dir/scripts/basic/fixdep" ] || { echo "fetch-headers-6.12: kbuild tools missing under $dir/scripts" >&2; exit 1; }

@@ -184,6 +184,44 @@ test_netns_reclaimed() {
 }
 slots_at_most() { [ "$(global_stat global_netns_slots)" -le "$1" ]; }
 
+# 10,000 concurrent mercury connections, each with its own flow entry set
+# through mercuryd: every one is a flow of the datapath, every entry is in,
+# and nothing is left once they close.
+SCALE_FLOWS=${SCALE_FLOWS:-10000}
+test_scale() {
+	$IP netns add big
+	$IP -n big link set lo up
+	local stats init0 entries init agent server holder
+	init0=$(stat_of big flows_init)
+	in_ns big /usr/bin/python3 "$top/tests/integration/many_flows.py" serve 127.0.0.1 5301 &
+	server=$!
+	in_ns big mercuryd --datapath=bpf --socket /run/mercury-scale.sock --max-flows-per-client $((SCALE_FLOWS + 100)) \
+		--log-level warn 2>/tmp/mercury-scale-agent.log &
+	agent=$!
+	wait_for 50 [ -S /run/mercury-scale.sock ]
+	wait_for 50 sh -c "$IP netns exec big ss -ltn | grep -q :5301"
+	mkfifo /tmp/mercury-scale.hold
+	in_ns big /usr/bin/python3 "$top/tests/integration/many_flows.py" connect 127.0.0.1 5301 \
+		/run/mercury-scale.sock "$SCALE_FLOWS" </tmp/mercury-scale.hold >/tmp/mercury-scale.out 2>&1 &
+	holder=$!
+	exec 7>/tmp/mercury-scale.hold	# open until we are done checking
+	wait_for 1200 grep -q '^registered\|refused\|Error\|reads back' /tmp/mercury-scale.out
+	expect scale/registered "$(head -2 /tmp/mercury-scale.out | tr '\n' ' ')" grep -q "^registered $SCALE_FLOWS" /tmp/mercury-scale.out
+	wait_for 100 sh -c "[ \$($IP netns exec big mercuryctl stats | awk '\$1 == \"flow_entries\" { print \$2 }') -ge $SCALE_FLOWS ]"
+	entries=$(stat_of big flow_entries)
+	init=$(stat_of big flows_init)
+	expect scale/entries "flow entries in the datapath: $entries" [ "$entries" = "$SCALE_FLOWS" ]
+	# The client ends select mercury (the servers keep the netns default).
+	expect scale/flows "mercury flows started in the netns: $((init - init0))" [ $((init - init0)) -ge "$SCALE_FLOWS" ]
+	exec 7>&-
+	wait "$holder"
+	rm -f /tmp/mercury-scale.hold
+	expect scale/withdrawn "entries withdrawn once the trainer left" \
+		wait_for 100 sh -c "[ \$($IP netns exec big mercuryctl stats | awk '\$1 == \"flow_entries\" { print \$2 }') = 0 ]"
+	kill "$agent" "$server" 2>/dev/null
+	wait "$agent" "$server" 2>/dev/null
+}
+
 # A killed loader cannot clean up; the kernel unregisters the link, and the
 # next mercuryd takes over the pins it left behind.
 test_crash_recovery() {
@@ -221,6 +259,7 @@ run_test unregister
 run_test crash_recovery
 run_test restart_keeps_state
 run_test netns_reclaimed
+run_test scale
 expect bpf/nothing-uncounted "host-wide events without a netns state: $(global_stat global_uncounted)" \
 	[ "$(global_stat global_uncounted)" = 0 ]
 stop_loader TERM

@@ -195,7 +195,8 @@ static void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
 	change = mercury_hold_step(&w, &ca->hold, ca->flags & MERCURY_F_HELD,
 				   mercury_preempted(mn->last_active_us, ca->rank,
 						     now_us, window_us),
-				   tcp_in_cwnd_reduction(sk), now_us, READ_ONCE(mn->params.max_hold_ms),
+				   tcp_in_cwnd_reduction(sk), now_us,
+				   READ_ONCE(mn->params.max_hold_ms),
 				   READ_ONCE(mn->params.cwnd_floor));
 	switch (change) {
 	case MERCURY_HOLD_UNCHANGED:

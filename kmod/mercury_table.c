@@ -9,6 +9,7 @@
  * flow uses what it cached.
  */
 
+#include <linux/hash.h>
 #include <linux/jhash.h>
 #include <linux/mm.h>
 #include <linux/slab.h>

@@ -485,7 +485,7 @@ Status BpfMaps::get_stats(Stats& out)
         out[kCounterNames[i]] = st.counters[i];
     const uint64_t global_key = MERCURY_BPF_GLOBAL_STATE;
     mercury_bpf_state global_state{};
-    bpf_map_lookup_elem(state_.get(), &global_key, &global_state);
+    const bool has_global = bpf_map_lookup_elem(state_.get(), &global_key, &global_state) == 0;
     out[kCounterNames[MERCURY_BPF_CNT_UNCOUNTED]] = global_state.counters[MERCURY_BPF_CNT_UNCOUNTED];
 
     const uint64_t now = monotonic_ns();
@@ -500,7 +500,7 @@ Status BpfMaps::get_stats(Stats& out)
     out["table_gen"] = cfg.gen;
     out["global_entries"] = global;
     out["global_netns_slots"] = all_keys<uint64_t>(config_.get()).size();
-    out["global_netns_states"] = all_keys<uint64_t>(state_.get()).size() - 1;   // without the host-wide one
+    out["global_netns_states"] = all_keys<uint64_t>(state_.get()).size() - (has_global ? 1 : 0);
     return {};
 }
 

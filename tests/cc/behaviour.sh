@@ -88,13 +88,17 @@ senders_done() {
 	[ -z "$(in_ns "$1" $SS -tnH state established state fin-wait-1 state fin-wait-2 state closing state last-ack)" ]
 }
 
+# Weights set the share in congestion avoidance: measured over the second
+# half of the run, once both flows left slow start (which is alike for both).
 test_weights() {
 	run_weights 6
-	local h l r rec loss seen from_cwr
-	h=$(result_field /tmp/flow-heavy acked)
-	l=$(result_field /tmp/flow-light acked)
+	local h l r rec loss seen from_cwr t0 t1
+	t1=$(last_t /tmp/flow-heavy)
+	t0=$((t1 - 3000))
+	h=$(rate /tmp/flow-heavy "$t0" "$t1")
+	l=$(rate /tmp/flow-light "$t0" "$t1")
 	r=$(ratio "$h" "$l")
-	expect weights/direction "weight 64 vs 4 across a router bottleneck: ${r}:1" ge "$r" 1.3
+	expect weights/direction "weight 64 vs 4 across a router bottleneck, last 3 s: ${r}:1 ($h vs $l B/ms)" ge "$r" 1.3
 	# The CC saw every recovery the kernel entered (ssthresh() ran each time).
 	# Closed sockets may still be sending what they had queued: count once
 	# they are gone, so both counts cover the same events.

@@ -241,8 +241,8 @@ run_weights() {
 	topo_incast
 	ctl a tag set 14 0 --weight 64
 	ctl a tag set 15 0 --weight 4
-	flow a heavy --cc mercury --prio 14 --seconds "$1"
-	flow a light --cc mercury --prio 15 --seconds "$1"
+	flow a heavy --cc mercury --prio 14 --seconds "$1" --interval-ms 100
+	flow a light --cc mercury --prio 15 --seconds "$1" --interval-ms 100
 	wait_flows
 }
 

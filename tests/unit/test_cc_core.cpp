@@ -42,7 +42,9 @@ TEST_CASE("increase never exceeds the clamp", "[core]")
 TEST_CASE("loss backs off like Reno at unit weight, less when heavier", "[core]")
 {
     CHECK(mercury_ssthresh_after_loss(100, MERCURY_WEIGHT_UNIT) == 50);
-    CHECK(mercury_ssthresh_after_loss(100, 4) == 50);          // light flows: Reno
+    CHECK(mercury_ssthresh_after_loss(100, 12) == 34);         // 3/4 unit: 1/(2N) = 2/3 cut
+    CHECK(mercury_ssthresh_after_loss(100, 4) == 25);          // 1/4 unit: capped at a 3/4 cut
+    CHECK(mercury_ssthresh_after_loss(100, 1) == 25);
     CHECK(mercury_ssthresh_after_loss(100, 64) == 88);         // 4 units: 1/8 cut
     CHECK(mercury_ssthresh_after_loss(3, MERCURY_WEIGHT_UNIT) == 2);
     CHECK(mercury_ssthresh_after_loss(0, MERCURY_WEIGHT_UNIT) == 2);

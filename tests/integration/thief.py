@@ -13,32 +13,10 @@ import socket
 import struct
 import sys
 
-VERSION = 1
-HELLO, HELLO_ACK, MODEL, REGISTER, ERROR = 1, 2, 3, 5, 9
-KIND_COOKIE = 2
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def frame(kind: int, body: bytes) -> bytes:
-    return struct.pack("<IBBH", len(body), VERSION, kind, 0) + body
-
-
-def string(s: str) -> bytes:
-    return struct.pack("<H", len(s)) + s.encode()
-
-
-def read_frames(sock: socket.socket):
-    buf = b""
-    while True:
-        data = sock.recv(65536)
-        if not data:
-            return
-        buf += data
-        while len(buf) >= 8:
-            length, _, kind, _ = struct.unpack_from("<IBBH", buf)
-            if len(buf) < 8 + length:
-                break
-            yield kind, buf[8:8 + length]
-            buf = buf[8 + length:]
+from hostile import ERROR, HELLO, KIND_COOKIE, MODEL, REGISTER, frame, string  # noqa: E402
+from hostile import frames as read_frames  # noqa: E402
 
 
 def main() -> int:

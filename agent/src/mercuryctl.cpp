@@ -34,6 +34,7 @@ constexpr const char* kUsage = R"(usage: mercuryctl [--json] [--datapath=auto|km
 
 Commands (act on the caller's network namespace):
   tag set TAG RANK [--weight W] [--ttl MS]   priority for sockets with SO_PRIORITY TAG
+                                             (TAG >= 7: any process may set 0..6)
   tag del TAG
   flow set FLOW RANK [--weight W] [--ttl MS] priority for one connection
   flow del FLOW

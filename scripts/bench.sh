@@ -82,7 +82,7 @@ qdisc_bytes() {	# every host link: uplink (host egress), downlink (bridge port)
 }
 
 linkcheck() {
-	local i flows="" min mean pairs=$((W < S ? W : S))
+	local i flows="" min mean
 	sh "$top/scripts/cluster.sh" up $W $S "$RATE"
 	for i in $(seq 0 $((W - 1))); do $IP netns exec "mc-w$i" mercury-flow server --port 5201 >/dev/null 2>&1 & done
 	for i in $(seq 0 $((S - 1))); do $IP netns exec "mc-s$i" mercury-flow server --port 5201 >/dev/null 2>&1 & done
@@ -108,7 +108,6 @@ linkcheck() {
 			END { printf "%.3f %.3f\n", m, s / n }')
 	rm -f "$out.q0" "$out.q1"
 	say "CHECK link_util_min=$min link_util_mean=$mean rate_mbit=$RATE links=$((2 * (W + S))) workers=$W servers=$S ok=$(awk -v m="$min" 'BEGIN { print (m >= 0.9) ? "yes" : "no" }')"
-	[ "$pairs" -gt 0 ]
 }
 
 divisor_of() { awk -v g="$1" -v r="$RATE" 'BEGIN { printf "%g", g * 1000 / r }'; }
@@ -119,7 +118,8 @@ replay_json() {	# replay_json ROLE MODEL GBPS MODE: sim or bound
 field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
 
 # run MODEL GBPS MODE LABEL PHASE REPEAT [REPLAY ARGS...]: one training run;
-# prints a RESULT line. PHASE: tune (ByteScheduler's search) or measure.
+# prints a RESULT line and leaves its mean in MEAN ("nan" if none). PHASE:
+# tune (ByteScheduler's search) or measure.
 run() {
 	local model=$1 gbps=$2 mode=$3 label=$4 phase=$5 repeat=$6
 	shift 6
@@ -140,6 +140,7 @@ run() {
 		[ "$mean" = nan ] && verdict=NO-RESULT
 		failed=1
 	fi
+	MEAN=$mean
 	say "RESULT model=$model gbps=$gbps mode=$label cc=${cc:-none} phase=$phase repeat=$repeat mean_s=$mean" \
 		"bound_s=$BOUND sim_s=$SIM bytes_accounted=$ok verdict=$verdict"
 	[ "$verdict" = ok ] || say "FAIL bench: $model $label at $gbps Gbit/s: mean $mean s against bound $BOUND s ($verdict)"
@@ -147,15 +148,14 @@ run() {
 
 # tune MODEL GBPS: one run per grid setting; sets BEST_BS to the fastest.
 tune() {
-	local p c mean best=""
+	local p c best=""
 	BEST_BS=""
 	for p in $BS_PARTITIONS; do
 		for c in $BS_CREDITS; do
 			run "$1" "$2" bytescheduler "bytescheduler:$p:$c" tune 0 --cc "$BASELINE_CC" --partition-bytes "$p" --credit "$c"
-			mean=$(tail -1 "$log" | sed -n 's/.* mean_s=\([0-9.]*\).*/\1/p')
-			[ -n "$mean" ] || continue
-			if [ -z "$best" ] || awk -v m="$mean" -v b="$best" 'BEGIN { exit !(m < b) }'; then
-				best=$mean
+			[ "$MEAN" != nan ] || continue
+			if [ -z "$best" ] || awk -v m="$MEAN" -v b="$best" 'BEGIN { exit !(m < b) }'; then
+				best=$MEAN
 				BEST_BS="$p:$c"
 			fi
 		done
@@ -167,9 +167,10 @@ linkcheck
 for point in $POINTS; do
 	model=${point%%:*}
 	for gbps in $(echo "${point#*:}" | tr , ' '); do
-		BOUND=$(replay_json bound "$model" "$gbps" mercury | field bound_s)
+		bound_json=$(replay_json bound "$model" "$gbps" mercury)
+		BOUND=$(echo "$bound_json" | field bound_s)
 		SIM=$(replay_json sim "$model" "$gbps" mercury | field mean_s)
-		say "INFO point $model $gbps Gbit/s: $(replay_json bound "$model" "$gbps" mercury)"
+		say "INFO point $model $gbps Gbit/s: $bound_json"
 		tune "$model" "$gbps"
 		for r in $(seq 1 "$REPEATS"); do
 			run "$model" "$gbps" fifo fifo measure "$r" --cc "$BASELINE_CC"

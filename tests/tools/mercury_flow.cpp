@@ -3,19 +3,29 @@
 //
 //   mercury-flow server --port P [--bind ADDR]
 //   mercury-flow client --connect ADDR:PORT [--cc NAME] [--prio N] [--seconds S]
-//                       [--interval-ms MS] [--label L] [--uid UID]
+//                       [--interval-ms MS] [--label L] [--uid UID] [--connections N]
+//                       [--wait-signal] [--flow-rank R] [--chunk BYTES]
 //
 // The client sends as fast as the socket takes data and prints, as key=value
 // lines: "connected ..." once connected (local endpoint, SO_COOKIE, CC), a
 // "sample ..." every --interval-ms (CLOCK_MONOTONIC ms, bytes acked, cwnd), and
 // "result ..." at the end (bytes acked from TCP_INFO, retransmits, and the
 // rank/weight/held state mercury reports: TCP_CC_INFO from the module, the
-// socket storage of the BPF datapath).
+// socket storage of the BPF datapath). With --connections N it keeps N
+// connections busy at once (for per-ACK cost at many flows); samples and the
+// result then add up bytes over all of them, and cwnd, RTT and mercury's
+// state are the first connection's. With --wait-signal it connects, then
+// sends only once it gets SIGUSR1 (a test's "now", with no handshake delay;
+// "connected" gives the pid; it gives up after 60 s). With --flow-rank R it
+// gives every connection a per-flow entry (by cookie, rank R) through the
+// running datapath before sending, and prints "entries=N".
 #include <arpa/inet.h>
 #include <linux/inet_diag.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <signal.h>
 #include <grp.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -27,13 +37,15 @@
 #include <cstring>
 #include <cstdint>
 #include <utility>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "datapath/bpf_maps.hpp"
+#include "datapath/datapath.hpp"
 #include "flow_key.hpp"
 #include "mercury/uapi.h"
 
@@ -137,6 +149,10 @@ struct Options {
     double seconds = 5;
     uint32_t interval_ms = 0;
     std::string label = "flow";
+    uint32_t connections = 1;
+    bool wait_signal = false;
+    std::optional<uint8_t> flow_rank;
+    uint32_t chunk = 1 << 16;   // bytes per send()
 };
 
 Options parse(int argc, char** argv)
@@ -144,7 +160,8 @@ Options parse(int argc, char** argv)
     Options o;
     if (argc < 2)
         die("usage: mercury-flow server --port P | client --connect ADDR:PORT [--cc NAME] [--prio N] "
-            "[--seconds S] [--interval-ms MS] [--label L] [--uid UID]");
+            "[--seconds S] [--interval-ms MS] [--label L] [--uid UID] [--connections N] [--wait-signal] "
+            "[--flow-rank R] [--chunk BYTES]");
     o.mode = argv[1];
     for (int i = 2; i < argc; ++i) {
         const std::string_view a = argv[i];
@@ -171,17 +188,22 @@ Options parse(int argc, char** argv)
             o.label = value();
         else if (a == "--uid")
             o.uid = number<uid_t>(value(), "uid");
+        else if (a == "--wait-signal")
+            o.wait_signal = true;
+        else if (a == "--chunk")
+            o.chunk = number<uint32_t>(value(), "chunk");
+        else if (a == "--flow-rank")
+            o.flow_rank = number<uint8_t>(value(), "rank");
+        else if (a == "--connections")
+            o.connections = number<uint32_t>(value(), "connections");
         else
             die("unknown option " + std::string(a));
     }
+    if (o.connections == 0)
+        die("--connections takes a count of at least 1");
+    if (o.chunk == 0 || o.chunk > (1u << 20))
+        die("--chunk takes 1..1048576 bytes");
     return o;
-}
-
-void drain(Fd conn)
-{
-    std::vector<char> buf(1 << 16);
-    while (::read(conn.get(), buf.data(), buf.size()) > 0) {
-    }
 }
 
 int run_server(const Options& o)
@@ -201,18 +223,49 @@ int run_server(const Options& o)
     const auto addr = to_sockaddr(*ep, len);
     if (::bind(listener.get(), reinterpret_cast<const sockaddr*>(&addr), len) < 0)
         die_errno("bind " + ep->to_string());
-    if (::listen(listener.get(), 64) < 0)
+    if (::listen(listener.get(), SOMAXCONN) < 0)
         die_errno("listen");
     std::printf("listening %s\n", ep->to_string().c_str());
     std::fflush(stdout);
+
+    // One thread drains every connection: the scale tests open 10,000, more
+    // than a small VM's threads-max.
+    Fd epoll(::epoll_create1(EPOLL_CLOEXEC));
+    if (epoll.get() < 0)
+        die_errno("epoll_create1");
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = listener.get();
+    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, listener.get(), &ev) < 0)
+        die_errno("epoll_ctl");
+    std::unordered_map<int, Fd> conns;
+    std::vector<char> buf(1 << 16);
+    std::vector<epoll_event> ready(256);
     for (;;) {
-        Fd conn(::accept(listener.get(), nullptr, nullptr));
-        if (conn.get() < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
-            die_errno("accept");
+        const int n = ::epoll_wait(epoll.get(), ready.data(), static_cast<int>(ready.size()), -1);
+        if (n < 0 && errno != EINTR)
+            die_errno("epoll_wait");
+        for (int i = 0; i < n; ++i) {
+            const int fd = ready[static_cast<size_t>(i)].data.fd;
+            if (fd == listener.get()) {
+                Fd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+                if (conn.get() < 0) {
+                    if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN)
+                        continue;
+                    die_errno("accept");
+                }
+                epoll_event cev{};
+                cev.events = EPOLLIN;
+                cev.data.fd = conn.get();
+                if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, conn.get(), &cev) < 0)
+                    die_errno("epoll_ctl");
+                conns.emplace(conn.get(), std::move(conn));
+            } else {
+                const ssize_t got = ::read(fd, buf.data(), buf.size());
+                if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
+                    conns.erase(fd);   // closing it leaves the epoll set too
+            }
         }
-        std::thread(drain, std::move(conn)).detach();
     }
 }
 
@@ -256,15 +309,9 @@ std::string mercury_info(int fd)
     return "rank=na weight=na held=na holds=na";
 }
 
-int run_client(const Options& o)
+Fd open_connection(const Options& o, const mercury::Endpoint& remote)
 {
-    const auto remote = mercury::Endpoint::parse(o.connect);
-    if (!remote)
-        die("--connect takes ADDR:PORT");
-    // An unprivileged trainer's view: no capabilities, no supplementary groups.
-    if (o.uid && (setgroups(0, nullptr) < 0 || setgid(*o.uid) < 0 || setuid(*o.uid) < 0))
-        die_errno("dropping to uid " + std::to_string(*o.uid));
-    Fd sock(::socket(remote->family, SOCK_STREAM, 0));
+    Fd sock(::socket(remote.family, SOCK_STREAM, 0));
     if (sock.get() < 0)
         die_errno("socket");
     if (!o.cc.empty() && setsockopt(sock.get(), IPPROTO_TCP, TCP_CONGESTION, o.cc.data(), o.cc.size()) < 0)
@@ -276,51 +323,120 @@ int run_client(const Options& o)
     setsockopt(sock.get(), SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close));
 
     socklen_t len = 0;
-    const auto addr = to_sockaddr(*remote, len);
+    const auto addr = to_sockaddr(remote, len);
     if (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), len) < 0)
-        die_errno("connect " + remote->to_string());
+        die_errno("connect " + remote.to_string());
+    return sock;
+}
+
+uint64_t bytes_acked(const std::vector<Fd>& socks)
+{
+    uint64_t sum = 0;
+    for (const auto& s : socks)
+        sum += tcp_stats(s.get()).tcpi_bytes_acked;
+    return sum;
+}
+
+uint64_t socket_cookie(int fd)
+{
+    uint64_t cookie = 0;
+    socklen_t len = sizeof(cookie);
+    if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) < 0)
+        die_errno("SO_COOKIE");
+    return cookie;
+}
+
+void add_flow_entries(const std::vector<Fd>& socks, uint8_t rank)
+{
+    std::unique_ptr<mercury::Datapath> dp;
+    if (const auto s = mercury::open_datapath(mercury::DatapathKind::kAuto, dp); !s)
+        die("--flow-rank: " + s.describe());
+    const mercury::Priority prio{rank, {}, 600000u};
+    for (const auto& s : socks)
+        if (const auto st = dp->set_flow(mercury::FlowKey::by_cookie(socket_cookie(s.get())), prio); !st)
+            die("--flow-rank: " + st.describe());
+    std::printf("entries=%zu rank=%u\n", socks.size(), rank);
+    std::fflush(stdout);
+}
+
+int run_client(const Options& o)
+{
+    const auto remote = mercury::Endpoint::parse(o.connect);
+    if (!remote)
+        die("--connect takes ADDR:PORT");
+    // An unprivileged trainer's view: no capabilities, no supplementary groups.
+    if (o.uid && (setgroups(0, nullptr) < 0 || setgid(*o.uid) < 0 || setuid(*o.uid) < 0))
+        die_errno("dropping to uid " + std::to_string(*o.uid));
+    // Blocked before "connected" is printed, so an early signal waits for us.
+    sigset_t go;
+    sigemptyset(&go);
+    sigaddset(&go, SIGUSR1);
+    if (o.wait_signal)
+        sigprocmask(SIG_BLOCK, &go, nullptr);
+    std::vector<Fd> socks;
+    socks.reserve(o.connections);
+    for (uint32_t i = 0; i < o.connections; ++i)
+        socks.push_back(open_connection(o, *remote));
+    const int first = socks.front().get();
 
     sockaddr_storage local{};
     socklen_t local_len = sizeof(local);
-    getsockname(sock.get(), reinterpret_cast<sockaddr*>(&local), &local_len);
-    uint64_t cookie = 0;
-    socklen_t cookie_len = sizeof(cookie);
-    getsockopt(sock.get(), SOL_SOCKET, SO_COOKIE, &cookie, &cookie_len);
-    std::printf("connected label=%s local=%s remote=%s cookie=%llu cc=%s\n", o.label.c_str(),
+    getsockname(first, reinterpret_cast<sockaddr*>(&local), &local_len);
+    const uint64_t cookie = socket_cookie(first);
+    std::printf("connected label=%s local=%s remote=%s cookie=%llu cc=%s connections=%u pid=%d\n", o.label.c_str(),
                 from_sockaddr(local).to_string().c_str(), remote->to_string().c_str(),
-                static_cast<unsigned long long>(cookie), cc_name(sock.get()).c_str());
+                static_cast<unsigned long long>(cookie), cc_name(first).c_str(), o.connections,
+                static_cast<int>(getpid()));
     std::fflush(stdout);
+    if (o.flow_rank)
+        add_flow_entries(socks, *o.flow_rank);
+    if (o.wait_signal) {
+        // Bounded, so a test that never signals fails instead of hanging.
+        const timespec limit{60, 0};
+        if (sigtimedwait(&go, nullptr, &limit) < 0)
+            die_errno("--wait-signal: no SIGUSR1");
+    }
 
-    std::vector<char> buf(1 << 16, 'm');
+    std::vector<pollfd> polls;
+    for (const auto& s : socks)
+        polls.push_back({s.get(), POLLOUT, 0});
+    std::vector<char> buf(o.chunk, 'm');
     const uint64_t start = monotonic_ms();
     const uint64_t end = start + static_cast<uint64_t>(o.seconds * 1000);
     uint64_t next_sample = o.interval_ms ? start : UINT64_MAX;
     for (uint64_t now = start; now < end; now = monotonic_ms()) {
         if (now >= next_sample) {
-            const auto info = tcp_stats(sock.get());
-            std::printf("sample label=%s t_ms=%llu acked=%llu cwnd=%u\n", o.label.c_str(),
-                        static_cast<unsigned long long>(now),
-                        static_cast<unsigned long long>(info.tcpi_bytes_acked), info.tcpi_snd_cwnd);
+            const auto info = tcp_stats(first);
+            std::printf("sample label=%s t_ms=%llu acked=%llu cwnd=%u ssthresh=%u ca_state=%u\n", o.label.c_str(),
+                        static_cast<unsigned long long>(now), static_cast<unsigned long long>(bytes_acked(socks)),
+                        info.tcpi_snd_cwnd, info.tcpi_snd_ssthresh, info.tcpi_ca_state);
             next_sample += o.interval_ms;
         }
-        pollfd p{sock.get(), POLLOUT, 0};
         const uint64_t wake = std::min(end, next_sample);
-        const int rc = ::poll(&p, 1, static_cast<int>(wake > now ? wake - now : 0));
+        const int rc = ::poll(polls.data(), polls.size(), static_cast<int>(wake > now ? wake - now : 0));
         if (rc < 0 && errno != EINTR)
             die_errno("poll");
-        if (rc > 0 && ::send(sock.get(), buf.data(), buf.size(), MSG_DONTWAIT | MSG_NOSIGNAL) < 0 &&
-            errno != EAGAIN && errno != EINTR)
-            die_errno("send");
+        for (auto& p : polls) {
+            if (rc <= 0 || !(p.revents & POLLOUT))
+                continue;
+            if (::send(p.fd, buf.data(), buf.size(), MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno != EAGAIN &&
+                errno != EINTR)
+                die_errno("send");
+        }
     }
 
-    const auto info = tcp_stats(sock.get());
+    const auto info = tcp_stats(first);
+    const uint64_t acked = bytes_acked(socks);
+    uint64_t retrans = 0;
+    for (const auto& s : socks)
+        retrans += tcp_stats(s.get()).tcpi_total_retrans;
     const double secs = static_cast<double>(monotonic_ms() - start) / 1000.0;
-    std::printf("result label=%s acked=%llu seconds=%.3f mbps=%.2f retrans=%u cwnd=%u rtt_us=%u min_rtt_us=%u "
+    std::printf("result label=%s acked=%llu seconds=%.3f mbps=%.2f retrans=%llu cwnd=%u rtt_us=%u min_rtt_us=%u "
                 "cc=%s %s\n",
-                o.label.c_str(), static_cast<unsigned long long>(info.tcpi_bytes_acked), secs,
-                static_cast<double>(info.tcpi_bytes_acked) * 8 / secs / 1e6, info.tcpi_total_retrans,
-                info.tcpi_snd_cwnd, info.tcpi_rtt, info.tcpi_min_rtt, cc_name(sock.get()).c_str(),
-                mercury_info(sock.get()).c_str());
+                o.label.c_str(), static_cast<unsigned long long>(acked), secs,
+                static_cast<double>(acked) * 8 / secs / 1e6, static_cast<unsigned long long>(retrans),
+                info.tcpi_snd_cwnd, info.tcpi_rtt, info.tcpi_min_rtt, cc_name(first).c_str(),
+                mercury_info(first).c_str());
     return 0;
 }
 

@@ -41,9 +41,10 @@ for tool in ip tc ss; do
 	copy_with_libs "$(command -v $tool)" "/usr/sbin/$tool"
 done
 
-# Guest modules in dependency order; insmod'ed by /init. tcp_diag: ss -ti.
+# Guest modules in dependency order; insmod'ed by /init. tcp_diag: ss -ti;
+# sch_ingress (clsact) and cls_bpf: mercury-probe's deterministic drops.
 : >"$root/etc/mercury-modules"
-for m in veth sch_tbf sch_htb bridge tcp_diag; do
+for m in veth sch_tbf sch_htb bridge tcp_diag sch_ingress cls_bpf; do
 	modprobe -S "$rel" -d "$guest/root" --show-depends "$m" | awk '$1 == "insmod" { print $2 }' |
 	while read -r path; do
 		dest="/lib/modules/$rel/${path#*/lib/modules/$rel/}"

@@ -188,16 +188,22 @@ static void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	u32 window_us = mercury_hold_window_us(tp->srtt_us >> 3);
+	u32 floor = READ_ONCE(mn->params.cwnd_floor);
+	bool held = ca->flags & MERCURY_F_HELD;
+	bool in_reduction = tcp_in_cwnd_reduction(sk);
 	enum mercury_hold_change change;
 	struct mercury_window w;
 
 	mercury_load(tp, ca, &w);
-	change = mercury_hold_step(&w, &ca->hold, ca->flags & MERCURY_F_HELD,
+	if (mercury_hold_leaked(&w, held, in_reduction, floor))
+		mercury_count(mn, MERCURY_CNT_HOLD_LEAKS);
+	else if (held && in_reduction)
+		mercury_count(mn, MERCURY_CNT_HELD_IN_RECOVERY);
+	change = mercury_hold_step(&w, &ca->hold, held,
 				   mercury_preempted(mn->last_active_us, ca->rank,
 						     now_us, window_us),
-				   tcp_in_cwnd_reduction(sk), now_us,
-				   READ_ONCE(mn->params.max_hold_ms),
-				   READ_ONCE(mn->params.cwnd_floor));
+				   in_reduction, now_us,
+				   READ_ONCE(mn->params.max_hold_ms), floor);
 	switch (change) {
 	case MERCURY_HOLD_UNCHANGED:
 		return;

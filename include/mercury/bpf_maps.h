@@ -111,6 +111,8 @@ enum mercury_bpf_counter {
 	MERCURY_BPF_CNT_CWND_FIXUPS,
 	MERCURY_BPF_CNT_RECOVERIES,
 	MERCURY_BPF_CNT_RECOVERIES_FROM_CWR,
+	MERCURY_BPF_CNT_HELD_IN_RECOVERY,
+	MERCURY_BPF_CNT_HOLD_LEAKS,
 	/* Only in MERCURY_BPF_GLOBAL_STATE: events of a netns whose state
 	 * could not be created (mercury_state full), not counted there. */
 	MERCURY_BPF_CNT_UNCOUNTED,

@@ -312,6 +312,18 @@ static inline void mercury_unhold(struct mercury_window *w,
 	h->saved_ssthresh = 0;
 }
 
+/*
+ * A held flow's window above the floor outside CWR/Recovery was raised
+ * behind the hold's back (the hold clamps it on every ACK, and only the
+ * kernel's end of a reduction or an undo can raise it): the flow may have
+ * burst. Checked before the hold clamps it again; counted, never expected.
+ */
+static inline int mercury_hold_leaked(const struct mercury_window *w, int held,
+				      int in_reduction, __u32 floor)
+{
+	return held && !in_reduction && w->cwnd > floor;
+}
+
 /* What one hold decision did to a flow's window. */
 enum mercury_hold_change {
 	MERCURY_HOLD_UNCHANGED,	/* neither held nor to be held: untouched */

@@ -147,6 +147,9 @@ enum mercury_stat {
 	MERCURY_STAT_GLOBAL_ENTRIES,	/* global: entries in all netns */
 	MERCURY_STAT_RECOVERIES,	/* entries into fast recovery */
 	MERCURY_STAT_RECOVERIES_FROM_CWR, /* of those, from CWR: no ssthresh() call */
+	MERCURY_STAT_HELD_IN_RECOVERY,	/* ACKs a held flow took in CWR/Recovery */
+	MERCURY_STAT_HOLD_LEAKS,	/* held flows found above the floor outside
+					 * a reduction: a burst the hold missed */
 
 	__MERCURY_STAT_MAX,
 	MERCURY_STAT_MAX = __MERCURY_STAT_MAX - 1

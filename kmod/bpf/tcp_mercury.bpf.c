@@ -357,15 +357,21 @@ static __always_inline void mercury_update_hold(struct sock *sk,
 						__u64 now_us, __u32 window_us)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
+	int held = !!(ca->flags & MERCURY_F_HELD);
+	int in_reduction = mercury_in_cwnd_reduction(sk);
 	enum mercury_hold_change change;
 	struct mercury_window w;
 
 	mercury_load(tp, ca, &w);
-	change = mercury_hold_step(&w, &ca->hold, ca->flags & MERCURY_F_HELD,
+	if (mercury_hold_leaked(&w, held, in_reduction, cfg->cwnd_floor))
+		mercury_count(st, MERCURY_BPF_CNT_HOLD_LEAKS);
+	else if (held && in_reduction)
+		mercury_count(st, MERCURY_BPF_CNT_HELD_IN_RECOVERY);
+	change = mercury_hold_step(&w, &ca->hold, held,
 				   st && mercury_preempted(st->last_active_us,
 							   ca->rank, now_us,
 							   window_us),
-				   mercury_in_cwnd_reduction(sk), now_us,
+				   in_reduction, now_us,
 				   cfg->max_hold_ms, cfg->cwnd_floor);
 	switch (change) {
 	case MERCURY_HOLD_UNCHANGED:

@@ -239,6 +239,9 @@ run_handover() {
 # weights 64 and 4. Results in /tmp/flow-heavy and /tmp/flow-light.
 run_weights() {
 	topo_incast
+	weights_flows "$1"
+}
+weights_flows() {
 	ctl a tag set 14 0 --weight 64
 	ctl a tag set 15 0 --weight 4
 	flow a heavy --cc mercury --prio 14 --seconds "$1" --interval-ms 100

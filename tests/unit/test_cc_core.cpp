@@ -163,6 +163,24 @@ TEST_CASE("hold step in CWR/Recovery: ssthresh at the floor too, restored on rel
     CHECK(hs.saved_ssthresh == 0);
 }
 
+TEST_CASE("a hold leak is a held flow above the floor outside a reduction", "[core]")
+{
+    const mercury_window at_floor{2, 2, 0};
+    const mercury_window above{40, 2, 0};
+    CHECK_FALSE(mercury_hold_leaked(&at_floor, 1, 0, 2));
+    CHECK(mercury_hold_leaked(&above, 1, 0, 2));        // e.g. a reduction ended at an old ssthresh
+    CHECK_FALSE(mercury_hold_leaked(&above, 1, 1, 2));  // PRR sets cwnd during the reduction
+    CHECK_FALSE(mercury_hold_leaked(&above, 0, 0, 2));  // not held: any window is the flow's own
+
+    // Without the ssthresh clamp, the end of a reduction that began before
+    // the hold (cwnd = ssthresh) would leak; with it, it cannot.
+    mercury_window w{60, 30, 0};
+    mercury_hold_state h{};
+    mercury_hold_step(&w, &h, 0, 1, 1, 1'000'000, 1000, 2);
+    w.cwnd = w.ssthresh;    // tcp_end_cwnd_reduction()
+    CHECK_FALSE(mercury_hold_leaked(&w, 1, 0, 2));
+}
+
 TEST_CASE("starvation guard: grace of max_hold/8 after every max_hold", "[core]")
 {
     const __u64 since = 10'000'000;

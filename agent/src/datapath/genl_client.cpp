@@ -24,7 +24,7 @@ struct StatField {
     const char* name;
     int attr;
 };
-constexpr std::array<StatField, 15> kStatFields{{
+constexpr std::array<StatField, 17> kStatFields{{
     {"flows_init", MERCURY_STAT_FLOWS_INIT},
     {"flows_released", MERCURY_STAT_FLOWS_RELEASED},
     {"holds", MERCURY_STAT_HOLDS},
@@ -40,6 +40,8 @@ constexpr std::array<StatField, 15> kStatFields{{
     {"global_entries", MERCURY_STAT_GLOBAL_ENTRIES},
     {"recoveries", MERCURY_STAT_RECOVERIES},
     {"recoveries_from_cwr", MERCURY_STAT_RECOVERIES_FROM_CWR},
+    {"held_in_recovery", MERCURY_STAT_HELD_IN_RECOVERY},
+    {"hold_leaks", MERCURY_STAT_HOLD_LEAKS},
 }};
 
 // What a request's callbacks collect.

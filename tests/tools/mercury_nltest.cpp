@@ -574,6 +574,23 @@ int main(int argc, char** argv)
         return 1;
     }
     Runner runner(*nl);
+    if (argc >= 2 && std::string(argv[1]) == "fill") {
+        // mercury-nltest fill N: N flow entries under made-up cookies (rank
+        // 1, 10 min), for memory accounting checks; prints "filled N".
+        const unsigned long n = argc >= 3 ? std::strtoul(argv[2], nullptr, 0) : 0;
+        if (!n) {
+            std::fprintf(stderr, "usage: mercury-nltest fill N\n");
+            return 2;
+        }
+        constexpr uint64_t kFillCookieBase = 1ULL << 62;   // no real socket's
+        for (unsigned long i = 0; i < n; ++i)
+            if (const Status s = nl->set_flow(mercury::FlowKey::by_cookie(kFillCookieBase + i), {1, {}, 600000u}); !s) {
+                std::printf("FAIL nl/fill: entry %lu: %s\n", i, s.describe().c_str());
+                return 1;
+            }
+        std::printf("filled %lu\n", n);
+        return 0;
+    }
     if (argc >= 2 && std::string(argv[1]) == "fuzz") {
         // mercury-nltest fuzz [SEED [COUNT]]: SEED 0 or none picks one (printed).
         uint64_t seed = argc >= 3 ? std::strtoull(argv[2], nullptr, 0) : 0;

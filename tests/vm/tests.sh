@@ -113,6 +113,73 @@ test_global_cap() {
 	expect memory/global-count "global entries $base -> $(global_entries)" [ "$(global_entries)" = $((base + 4)) ]
 }
 
+# 10,000 concurrent mercury connections, each with its own flow entry (what
+# an agent with 10k flows asks of the module), within the default limits.
+SCALE_FLOWS=10000
+test_scale() {
+	local pid entries init rank2 client server
+	$IP netns add big
+	$IP -n big link set lo up
+	ulimit -n 65536
+	$IP netns exec big mercury-flow server --port 5301 --bind 127.0.0.1 >/dev/null 2>&1 &
+	server=$!
+	wait_for 50 sh -c "$IP netns exec big ss -ltn | grep -q :5301"
+	$IP netns exec big mercury-flow client --connect 127.0.0.1:5301 --cc mercury --connections $SCALE_FLOWS \
+		--flow-rank 2 --chunk 1448 --seconds 1 --wait-signal >/tmp/flow-scale 2>&1 &
+	client=$!
+	wait_for 1200 grep -q '^entries=\|mercury-flow:' /tmp/flow-scale
+	expect scale/entries-set "$(grep -v '^connected' /tmp/flow-scale | head -2 | tr '\n' ' ')" \
+		grep -q "^entries=$SCALE_FLOWS " /tmp/flow-scale
+	entries=$(stat_of big flow_entries)
+	init=$(stat_of big flows_init)
+	rank2=$(ctl big dump | awk '$1 == "flow" && $4 == 2' | wc -l)
+	expect scale/entries "flow entries $entries, $rank2 of them at rank 2" \
+		[ "$entries" = $SCALE_FLOWS -a "$rank2" = $SCALE_FLOWS ]
+	expect scale/flows "mercury flows started: $init" [ "$init" -ge $SCALE_FLOWS ]
+	pid=$(connected_field /tmp/flow-scale pid)
+	kill -USR1 "$pid"
+	wait "$client"
+	expect scale/sent "$(grep -E "^result|mercury-flow:" /tmp/flow-scale | cut -d" " -f1-6)" grep -q "^result .* cc=mercury rank=2 " /tmp/flow-scale
+	ctl big flush
+	expect scale/flushed "flow entries after flush: $(stat_of big flow_entries)" [ "$(stat_of big flow_entries)" = 0 ]
+	kill "$server"
+	wait "$server" 2>/dev/null
+	$IP netns del big
+}
+
+# Entries are charged to the memory cgroup of the process that adds them.
+test_memcg() {
+	local cg=/sys/fs/cgroup/mercury-test one many charged full
+	grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup
+	echo +memory >/sys/fs/cgroup/cgroup.subtree_control
+	mkdir -p $cg
+	$IP netns add m1
+	$IP netns add m2
+	# fill_in_cgroup NS N: memory.current's growth while a fresh process in
+	# the cgroup adds N entries in NS (after it exited: only kernel memory).
+	fill_in_cgroup() {
+		local before after
+		before=$(cat $cg/memory.current)
+		sh -c "echo \$\$ >$cg/cgroup.procs && exec $IP netns exec $1 mercury-nltest fill $2" >/dev/null
+		after=$(cat $cg/memory.current)
+		echo $((after - before))
+	}
+	one=$(fill_in_cgroup m1 1)
+	many=$(fill_in_cgroup m2 10000)
+	charged=$((many - one))
+	# struct mercury_entry is 88 bytes here; any real charge clears 64 each.
+	expect memory/memcg-charged "10,000 entries: memory.current +$many bytes, one entry: +$one" \
+		[ "$charged" -ge $((10000 * 64)) ]
+	full=$(cat $cg/memory.current)
+	ctl m2 flush
+	# Freed after an RCU grace period.
+	expect memory/memcg-uncharged "memory.current from $full down by at least the entries' share" \
+		wait_for 100 sh -c "[ \$(cat $cg/memory.current) -le $((full - 10000 * 64)) ]"
+	$IP netns del m1
+	$IP netns del m2
+	rmdir $cg 2>/dev/null
+}
+
 test_unload() {
 	# A netns other than init_net may only default to an allowed CC.
 	echo "reno cubic mercury" >/proc/sys/net/ipv4/tcp_allowed_congestion_control
@@ -158,7 +225,7 @@ test_agent_module_reload() {
 
 dmesg -c >/dev/null
 for t in module_params autoload $BEHAVIOUR_TESTS ss_info netlink_bad_input netlink_random_fuzz netns_delete global_cap \
-	$AGENT_TESTS agent_module_reload replay_modes unload; do
+	scale memcg $AGENT_TESTS agent_module_reload replay_modes unload; do
 	run_test $t
 done
 kernel_clean final && pass vm/kernel-log "no WARNING/BUG/Oops/leak in dmesg"

@@ -35,5 +35,14 @@ test_replay_modes() {
 		expect "replay/$mode-cc" "connections' CC on reno hosts: $ccs" all_cc "$json" "$want"
 		sh "$SCRIPTS/cluster.sh" down
 	done
+	# BytePS's balanced placement, the replayer's alternative to MXNet's.
+	sh "$SCRIPTS/cluster.sh" up 2 2 100
+	json=$(REPLAY_ARGS="--placement balanced" timeout 120 sh "$SCRIPTS/train.sh" \
+		"$PROFILES/resnet18.graph.txt" mercury 2 2 100 3)
+	verdict=$(echo "$json" | awk -v workers=2 -f check_replay.awk)
+	rc=$?
+	expect replay/balanced "$verdict; $(printf '%s\n' "$json" | grep -c '"placement":"balanced"') workers balanced" \
+		[ "$rc" = 0 -a "$(printf '%s\n' "$json" | grep -c '"placement":"balanced"')" = 2 ]
+	sh "$SCRIPTS/cluster.sh" down
 }
 

@@ -244,4 +244,59 @@ Placement place(const Model& m, uint32_t servers, double wire_divisor, uint64_t 
     return p;
 }
 
+Placement place_balanced(const Model& m, uint32_t servers, double wire_divisor, uint64_t partition_bytes)
+{
+    if (!servers || !partition_bytes)
+        throw std::invalid_argument("place_balanced: servers and partition_bytes must be positive");
+    Placement p;
+    std::vector<uint64_t> load(servers, 0);   // real bytes per server so far
+    for (uint32_t i = 0; i < m.layers.size(); ++i) {
+        const uint64_t real = m.layers[i].param_bytes;
+        if (real == 0)
+            continue;
+        const auto tensor_id = static_cast<uint32_t>(p.tensors.size());
+        Tensor t;
+        t.layer = i;
+        t.bytes = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(static_cast<double>(real) / wire_divisor)));
+        // Real bytes of this tensor per server, partition by partition.
+        std::vector<uint64_t> real_on(servers, 0);
+        for (uint64_t off = 0; off < real; off += partition_bytes) {
+            const uint64_t part = std::min(partition_bytes, real - off);
+            const auto s = static_cast<uint32_t>(std::min_element(load.begin(), load.end()) - load.begin());
+            load[s] += part;
+            real_on[s] += part;
+        }
+        // Wire bytes in the same proportions; the rounding remainder goes to
+        // the last shard so the tensor keeps its exact size.
+        uint64_t assigned = 0;
+        uint32_t last = 0;
+        for (uint32_t s = 0; s < servers; ++s)
+            if (real_on[s])
+                last = s;
+        for (uint32_t s = 0; s < servers; ++s) {
+            if (!real_on[s])
+                continue;
+            uint64_t bytes = s == last ? t.bytes - assigned
+                                       : static_cast<uint64_t>(static_cast<double>(t.bytes) *
+                                                               static_cast<double>(real_on[s]) /
+                                                               static_cast<double>(real));
+            if (!bytes)
+                continue;
+            assigned += bytes;
+            t.shards.push_back(static_cast<uint32_t>(p.shards.size()));
+            p.shards.push_back({tensor_id, s, bytes});
+        }
+        p.tensors.push_back(t);
+    }
+    return p;
+}
+
+std::vector<uint64_t> bytes_per_server(const Placement& p, uint32_t servers)
+{
+    std::vector<uint64_t> out(servers, 0);
+    for (const auto& s : p.shards)
+        out.at(s.server) += s.bytes;
+    return out;
+}
+
 }  // namespace mercury::experiment

@@ -61,4 +61,15 @@ struct Placement {
 // robin. @wire_divisor scales bytes (the split decision uses real sizes).
 Placement place(const Model& m, uint32_t servers, double wire_divisor, uint64_t split_elements = 1000000);
 
+// BytePS-style balanced placement: every tensor is cut into partitions of at
+// most @partition_bytes real bytes (BytePS's default 4096000), and each
+// partition goes to the server holding the fewest bytes so far (ties: the
+// lowest index). Partitions of one tensor that land on the same server are
+// one shard. Every server then takes nearly the same share of each push.
+Placement place_balanced(const Model& m, uint32_t servers, double wire_divisor,
+                         uint64_t partition_bytes = 4096000);
+
+// Per server, the wire bytes one worker pushes to it.
+std::vector<uint64_t> bytes_per_server(const Placement& p, uint32_t servers);
+
 }  // namespace mercury::experiment

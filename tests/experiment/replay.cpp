@@ -7,8 +7,12 @@
 //   mercury-replay sim    --rate-mbit R COMMON   (simulated schedule; "ideal" is an old name)
 //   mercury-replay bound  --rate-mbit R COMMON   (a lower bound no run can beat)
 //   COMMON: --profile FILE --mode MODE --workers N --servers-count S --byte-divisor D
-//           [--cc NAME]
+//           [--cc NAME] [--placement mxnet|balanced]
 //
+// Placement: mxnet (the default, the paper's: tensors above 1M elements split
+// over all servers, the rest whole, round robin) or balanced (BytePS's:
+// 4096000-byte partitions, each to the least loaded server). Every role must
+// be given the same one.
 // Every data connection's congestion control is set per socket and read
 // back (never the host's or the netns's default): --cc, by default mercury
 // in priority modes and cubic in the others.
@@ -84,6 +88,7 @@ Mode parse_mode(const std::string& m)
 struct Options {
     std::string role, profile, mode_name = "fifo", listen, servers_csv;
     std::string cc;                          // empty: by mode (Plan::cc)
+    std::string placement = "mxnet";         // or "balanced"
     uint32_t id = 0, workers = 1, servers = 1, iterations = 10, warmup = 2;
     double byte_divisor = 1, rate_mbit = 100;
     uint64_t partition_bytes = 4 * kChunk;   // bytescheduler, after scaling
@@ -115,7 +120,8 @@ struct Plan {
     {
         partition_chunks = static_cast<uint32_t>(std::max<uint64_t>(1, (o.partition_bytes + kChunk - 1) / kChunk));
         model = load_model(o.profile);
-        placement = place(model, o.servers, o.byte_divisor);
+        placement = o.placement == "balanced" ? place_balanced(model, o.servers, o.byte_divisor)
+                                              : place(model, o.servers, o.byte_divisor);
         for (const auto& s : placement.shards)
             chunks.push_back(static_cast<uint32_t>((s.bytes + kChunk - 1) / kChunk));
         mode = parse_mode(o.mode_name);
@@ -609,8 +615,9 @@ int run_worker(const Options& o)
     uint64_t per_iteration = 0;
     for (const auto& t : plan.placement.tensors)
         per_iteration += t.bytes;
-    std::printf("{\"role\":\"worker\",\"id\":%u,\"model\":\"%s\",\"mode\":\"%s\",\"cc\":\"%s\",\"iterations\":[",
-                o.id, plan.model.name.c_str(), o.mode_name.c_str(), plan.cc.c_str());
+    std::printf("{\"role\":\"worker\",\"id\":%u,\"model\":\"%s\",\"mode\":\"%s\",\"cc\":\"%s\",\"placement\":\"%s\","
+                "\"iterations\":[",
+                o.id, plan.model.name.c_str(), o.mode_name.c_str(), plan.cc.c_str(), o.placement.c_str());
     for (size_t i = 0; i < iters.size(); ++i)
         std::printf("%s%.4f", i ? "," : "", iters[i]);
     std::printf("],\"mean_s\":%.4f,\"pushed_bytes\":%llu,\"expected_push_bytes\":%llu,\"pulled_bytes\":%llu,"
@@ -766,10 +773,11 @@ int run_bound(const Options& o)
     }
     const double link_s = busiest_bytes * kWirePerPayload * 8 / (o.rate_mbit * 1e6);
     const double compute_s = compute_us / 1e6;
-    std::printf("{\"role\":\"bound\",\"model\":\"%s\",\"workers\":%u,\"servers\":%u,\"rate_mbit\":%g,"
-                "\"byte_divisor\":%g,\"compute_s\":%.4f,\"busiest_link\":\"%s\",\"busiest_link_bytes\":%.0f,"
+    std::printf("{\"role\":\"bound\",\"model\":\"%s\",\"placement\":\"%s\",\"workers\":%u,\"servers\":%u,"
+                "\"rate_mbit\":%g,\"byte_divisor\":%g,\"compute_s\":%.4f,\"busiest_link\":\"%s\",\"busiest_link_bytes\":%.0f,"
                 "\"link_s\":%.4f,\"bound_s\":%.4f}\n",
-                plan.model.name.c_str(), o.workers, o.servers, o.rate_mbit, o.byte_divisor, compute_s, busiest.c_str(),
+                plan.model.name.c_str(), o.placement.c_str(), o.workers, o.servers, o.rate_mbit, o.byte_divisor,
+                compute_s, busiest.c_str(),
                 busiest_bytes * kWirePerPayload, link_s, std::max(compute_s, link_s));
     return 0;
 }
@@ -816,10 +824,13 @@ Options parse(int argc, char** argv)
         else if (a == "--partition-bytes") o.partition_bytes = std::stoull(v);
         else if (a == "--credit") o.credit = static_cast<uint32_t>(std::stoul(v));
         else if (a == "--cc") o.cc = v;
+        else if (a == "--placement") o.placement = v;
         else throw std::runtime_error("unknown option " + a);
     }
     if (o.profile.empty() || !o.workers || !o.servers || o.byte_divisor <= 0 || o.iterations < 2)
         throw std::runtime_error("need --profile, --workers, --servers-count, --byte-divisor > 0, --iterations >= 2");
+    if (o.placement != "mxnet" && o.placement != "balanced")
+        throw std::runtime_error("--placement is mxnet or balanced, not '" + o.placement + "'");
     if (!o.partition_bytes || !o.credit)
         throw std::runtime_error("--partition-bytes and --credit must be positive");
     return o;

@@ -125,6 +125,46 @@ TEST_CASE("placement follows MXNet's kvstore", "[experiment]")
     CHECK(p.shards[p.tensors[3].shards[0]].server == 2);
 }
 
+TEST_CASE("balanced placement evens out the servers, as BytePS's", "[experiment]")
+{
+    Model m;
+    m.layers = {{"big", 1, 1, 10000000},   // 3 partitions of 4096000 B (the last 1808000)
+                {"none", 1, 1, 0},
+                {"a", 1, 1, 3000000},
+                {"b", 1, 1, 3000000},
+                {"c", 1, 1, 1000}};
+    const Placement p = place_balanced(m, 4, 1);
+    REQUIRE(p.tensors.size() == 4);
+    // Greedy by load: big -> 0, 1, 2; a -> 3; b -> 2 (1808000, least); c -> 3.
+    CHECK(p.tensors[0].shards.size() == 3);
+    CHECK(p.shards[p.tensors[1].shards[0]].server == 3);
+    CHECK(p.shards[p.tensors[2].shards[0]].server == 2);
+    CHECK(p.shards[p.tensors[3].shards[0]].server == 3);
+    for (const auto& t : p.tensors) {   // nothing lost or made up
+        uint64_t total = 0;
+        for (uint32_t s : t.shards)
+            total += p.shards[s].bytes;
+        CHECK(total == t.bytes);
+    }
+    const auto load = bytes_per_server(p, 4);
+    CHECK(load == std::vector<uint64_t>{4096000, 4096000, 4808000, 3001000});
+
+    // MXNet's placement sends the big tensor to every server and the rest
+    // round robin: its busiest server carries more than balanced's.
+    const auto mxnet = bytes_per_server(place(m, 4, 1), 4);
+    CHECK(*std::max_element(mxnet.begin(), mxnet.end()) > *std::max_element(load.begin(), load.end()));
+
+    // Scaled bytes keep every tensor's exact size, shares in proportion.
+    const Placement scaled = place_balanced(m, 4, 7);
+    for (const auto& t : scaled.tensors) {
+        uint64_t total = 0;
+        for (uint32_t s : t.shards)
+            total += scaled.shards[s].bytes;
+        CHECK(total == t.bytes);
+    }
+    CHECK_THROWS(place_balanced(m, 0, 1));
+}
+
 TEST_CASE("simulator: hand-computed single worker, single server", "[experiment]")
 {
     // One layer, 1 ms forward, 1 ms backward, 1000 B; link 1 MB/s; one chunk.

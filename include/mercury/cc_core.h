@@ -316,7 +316,8 @@ static inline void mercury_unhold(struct mercury_window *w,
  * A held flow's window above the floor outside CWR/Recovery was raised
  * behind the hold's back (the hold clamps it on every ACK, and only the
  * kernel's end of a reduction or an undo can raise it): the flow may have
- * burst. Checked before the hold clamps it again; counted, never expected.
+ * burst. Checked before the hold clamps it again; counted, never expected
+ * (but once per held flow if cwnd_floor is lowered while it is held).
  */
 static inline int mercury_hold_leaked(const struct mercury_window *w, int held,
 				      int in_reduction, __u32 floor)

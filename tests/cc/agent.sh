@@ -111,4 +111,26 @@ test_agent_config() {
 	expect agent/bad-config-file "unknown key: exit $rc ($(head -1 /tmp/cfg.out))" [ "$rc" = 2 ]
 }
 
-AGENT_TESTS="agent_priorities agent_restart agent_sigterm agent_config"
+# Registrations pile up faster than the agent reads them: each queued
+# Register frame keeps its own socket (SCM_RIGHTS with that frame), so none
+# is lost or paired with another's socket.
+AGENT_MANY_FDS=2000
+test_agent_many_fds() {
+	local fwd
+	ulimit -n 16384	# the trainer holds each socket and a dup for replay
+	topo_same_host
+	agent_start
+	fwd=$(awk -v n=$AGENT_MANY_FDS 'BEGIN { for (i = 0; i < n; i++) printf "%s100", i ? "," : "" }')
+	MERCURY_SOCKET=$AGENT_SOCK $IP netns exec h1 mercury-trainer run --job many --connect "$SERVER" \
+		--forward-us "$fwd" --seconds 4 --period-ms 200 >/tmp/trainer.out 2>&1 &
+	TRAINER_PID=$!
+	wait_for 300 has_entries $AGENT_MANY_FDS
+	expect agent/many-fds "flow entries for $AGENT_MANY_FDS sockets registered back to back: $(flow_entries)" \
+		has_entries $AGENT_MANY_FDS
+	wait "$TRAINER_PID"
+	expect agent/many-fds-trainer "trainer: $(grep -c acked= /tmp/trainer.out) layers reported" \
+		grep -q '^iterations=' /tmp/trainer.out
+	agent_stop
+}
+
+AGENT_TESTS="agent_priorities agent_restart agent_sigterm agent_config agent_many_fds"

@@ -13,7 +13,9 @@
 #     - then REPEATS rounds, interleaved, of: fifo (BASELINE_CC), fifo on bbr
 #       (a second reference), the tuned bytescheduler (BASELINE_CC) and
 #       mercury (the mercury CC); plus mercury-noprio and prio-only where
-#       ABLATION_POINTS says. Every connection's CC is set per socket and read
+#       ABLATION_POINTS says; fifo and mercury once more with BytePS's
+#       balanced placement where BALANCED_POINTS says (against that
+#       placement's bound, reported apart). Every connection's CC is set per socket and read
 #       back (mercury-replay --cc), never the host's default;
 #     - every run is checked against `mercury-replay bound` (compute, and the
 #       busiest link's bytes with header overhead at the link rate): a run
@@ -25,7 +27,7 @@
 # usage: bench.sh OUT_PREFIX
 # env: W, S (workers, servers; 4, 4), RATE (Mbit/s per link, default 50: the
 #      highest at which every link passes the check on two cores), POINTS
-#      ("model:gbps,gbps ..."), ABLATION_POINTS ("model:gbps ..."), ITER (8),
+#      ("model:gbps,gbps ..."), ABLATION_POINTS, BALANCED_POINTS ("model:gbps ..."), ITER (8),
 #      ITER_TUNE (5, for ByteScheduler's search), REPEATS (3), BASELINE_CC
 #      (cubic), BS_PARTITIONS, BS_CREDITS
 set -uo pipefail
@@ -38,6 +40,7 @@ W=${W:-4} S=${S:-4}
 RATE=${RATE:-50}
 POINTS=${POINTS-"vgg16:2.5,5,10 alexnet:2.5,5 resnet50:2.5,5,10"}
 ABLATION_POINTS=${ABLATION_POINTS-"vgg16:10"}
+BALANCED_POINTS=${BALANCED_POINTS-"vgg16:2.5 resnet50:2.5"}
 ITER=${ITER:-8}
 ITER_TUNE=${ITER_TUNE:-5}
 REPEATS=${REPEATS:-3}
@@ -113,9 +116,11 @@ linkcheck() {
 }
 
 divisor_of() { awk -v g="$1" -v r="$RATE" 'BEGIN { printf "%g", g * 1000 / r }'; }
-replay_json() {	# replay_json ROLE MODEL GBPS MODE: sim or bound
-	mercury-replay "$1" --profile "$profiles/$2.graph.txt" --mode "$4" --workers $W --servers-count $S \
-		--byte-divisor "$(divisor_of "$3")" --rate-mbit "$RATE" --iterations "$ITER"
+replay_json() {	# replay_json ROLE MODEL GBPS MODE [ARGS...]: sim or bound
+	local role=$1 model=$2 gbps=$3 mode=$4
+	shift 4
+	mercury-replay "$role" --profile "$profiles/$model.graph.txt" --mode "$mode" --workers $W --servers-count $S \
+		--byte-divisor "$(divisor_of "$gbps")" --rate-mbit "$RATE" --iterations "$ITER" "$@"
 }
 field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
 
@@ -173,6 +178,11 @@ for point in $POINTS; do
 		BOUND=$(echo "$bound_json" | field bound_s)
 		SIM=$(replay_json sim "$model" "$gbps" mercury | field mean_s)
 		say "INFO point $model $gbps Gbit/s: $bound_json"
+		balanced=""
+		if echo " $BALANCED_POINTS " | grep -q " $model:$gbps "; then
+			balanced=$(replay_json bound "$model" "$gbps" mercury --placement balanced | field bound_s)
+			say "INFO point-balanced $model $gbps Gbit/s: bound_s=$balanced"
+		fi
 		tune "$model" "$gbps"
 		for r in $(seq 1 "$REPEATS"); do
 			run "$model" "$gbps" fifo fifo measure "$r" --cc "$BASELINE_CC"
@@ -183,6 +193,13 @@ for point in $POINTS; do
 			if echo " $ABLATION_POINTS " | grep -q " $model:$gbps "; then
 				run "$model" "$gbps" mercury-noprio mercury-noprio measure "$r" --cc "$BASELINE_CC"
 				run "$model" "$gbps" prio-only prio-only measure "$r"
+			fi
+			if [ -n "$balanced" ]; then	# against their own bound
+				mxnet_bound=$BOUND
+				BOUND=$balanced
+				run "$model" "$gbps" fifo "fifo+balanced" measure "$r" --cc "$BASELINE_CC" --placement balanced
+				run "$model" "$gbps" mercury "mercury+balanced" measure "$r" --placement balanced
+				BOUND=$mxnet_bound
 			fi
 		done
 	done

@@ -31,7 +31,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -48,6 +47,7 @@
 #include "datapath/datapath.hpp"
 #include "flow_key.hpp"
 #include "mercury/uapi.h"
+#include "parse_number.hpp"
 
 namespace {
 
@@ -96,11 +96,10 @@ uint64_t monotonic_ms()
 template <typename T>
 T number(std::string_view text, const char* what)
 {
-    T v{};
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc{} || end != text.data() + text.size())
+    const auto v = mercury::tools::parse_number<T>(text);
+    if (!v)
         die(std::string("invalid ") + what + ": " + std::string(text));
-    return v;
+    return *v;
 }
 
 sockaddr_storage to_sockaddr(const mercury::Endpoint& ep, socklen_t& len)
@@ -233,11 +232,14 @@ int run_server(const Options& o)
     Fd epoll(::epoll_create1(EPOLL_CLOEXEC));
     if (epoll.get() < 0)
         die_errno("epoll_create1");
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = listener.get();
-    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, listener.get(), &ev) < 0)
-        die_errno("epoll_ctl");
+    auto watch = [&](int fd) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = fd;
+        if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) < 0)
+            die_errno("epoll_ctl");
+    };
+    watch(listener.get());
     std::unordered_map<int, Fd> conns;
     std::vector<char> buf(1 << 16);
     std::vector<epoll_event> ready(256);
@@ -254,11 +256,7 @@ int run_server(const Options& o)
                         continue;
                     die_errno("accept");
                 }
-                epoll_event cev{};
-                cev.events = EPOLLIN;
-                cev.data.fd = conn.get();
-                if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, conn.get(), &cev) < 0)
-                    die_errno("epoll_ctl");
+                watch(conn.get());
                 conns.emplace(conn.get(), std::move(conn));
             } else {
                 const ssize_t got = ::read(fd, buf.data(), buf.size());

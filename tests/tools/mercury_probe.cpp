@@ -28,7 +28,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -39,6 +38,7 @@
 #include <thread>
 
 #include "mercury_probe.skel.h"
+#include "parse_number.hpp"
 
 namespace {
 
@@ -66,11 +66,10 @@ std::string errno_text(int err)
 template <typename T>
 T number(std::string_view text, const char* what)
 {
-    T v{};
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc{} || end != text.data() + text.size())
+    const auto v = mercury::tools::parse_number<T>(text);
+    if (!v)
         die(std::string("invalid ") + what + ": " + std::string(text));
-    return v;
+    return *v;
 }
 
 struct SkeletonDeleter {

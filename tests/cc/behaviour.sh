@@ -33,7 +33,7 @@ test_select_socket() {
 
 # fair_pair CC LABEL: two flows of CC from host a through the router queue.
 fair_pair() {
-	# 8 s: long enough for AIMD to converge through TCG's noise.
+	# 8 s: a few hundred congestion epochs on a 5 ms queue.
 	flow a "$2-1" --cc "$1" --seconds 8
 	flow a "$2-2" --cc "$1" --seconds 8
 	wait_flows
@@ -47,8 +47,16 @@ fair_pair() {
 # Untagged mercury flows share a router bottleneck about equally. (With the
 # limit on the sender's own egress no flow ever loses a packet and even cubic
 # splits 8:1 there; bench-cc reports that case side by side.)
+# The router's queue is cut to 5 ms here: AIMD evens two flows out one
+# congestion epoch at a time, and the topology's 30 ms queue allows about 10
+# epochs in 8 s. There, 12 native runs split 1.20-1.58:1 for mercury and
+# 1.04-1.70:1 for cubic, and CI once saw 2.10:1; with 5 ms (about 200
+# epochs) 15 native runs each gave at most 1.37:1 for mercury, 1.43:1 for
+# cubic and 1.21:1 for reno, and 10 runs in the VM at most 1.24:1 for mercury.
 test_fair_untagged() {
 	topo_incast
+	$TC -n r qdisc change dev rs root tbf rate "$RATE" burst 20kb latency 5ms ||
+		{ fail fair/untagged "could not shorten the router's queue"; return 1; }
 	# Receiver on mercury too: passive opens run hooks before init().
 	set_default_cc s mercury
 	local r c

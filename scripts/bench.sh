@@ -178,6 +178,11 @@ for point in $POINTS; do
 		BOUND=$(echo "$bound_json" | field bound_s)
 		SIM=$(replay_json sim "$model" "$gbps" mercury | field mean_s)
 		say "INFO point $model $gbps Gbit/s: $bound_json"
+		# The simulated schedule is achievable: below the bound, one is wrong.
+		if awk -v s="$SIM" -v b="$BOUND" 'BEGIN { exit !(s == "" || s + 0 < b + 0) }'; then
+			say "FAIL bench: $model at $gbps Gbit/s: simulated schedule ${SIM:-none} s below the bound $BOUND s"
+			failed=1
+		fi
 		balanced=""
 		if echo " $BALANCED_POINTS " | grep -q " $model:$gbps "; then
 			balanced=$(replay_json bound "$model" "$gbps" mercury --placement balanced | field bound_s)

@@ -4,7 +4,9 @@
 //
 //   mercury-replay server --id S --listen IP:PORT   COMMON
 //   mercury-replay worker --id W --servers IP:PORT,... COMMON [--iterations K] [--warmup N]
-//   mercury-replay sim    --rate-mbit R COMMON   (simulated schedule; "ideal" is an old name)
+//   mercury-replay sim    --rate-mbit R COMMON [--sim-ranks layer|agent]
+//                         (an achievable schedule, simulated: priority per
+//                         layer, or by the ranks mercuryd's rule gives)
 //   mercury-replay bound  --rate-mbit R COMMON   (a lower bound no run can beat)
 //   COMMON: --profile FILE --mode MODE --workers N --servers-count S --byte-divisor D
 //           [--cc NAME] [--placement mxnet|balanced]
@@ -58,6 +60,7 @@
 #include "mercury.hpp"
 #include "mercury/uapi.h"
 #include "model.hpp"
+#include "learner/priorities.hpp"
 #include "simulator.hpp"
 
 namespace {
@@ -67,6 +70,9 @@ using namespace mercury::experiment;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kChunk = 16384;  // wire bytes per chunk (after scaling)
+// What tbf counts per payload byte: full-sized segments, 1448 payload bytes
+// (with timestamps) in a 1514-byte frame.
+constexpr double kWirePerPayload = 1514.0 / 1448.0;
 constexpr uint32_t kMagic = 0x4d455243;
 
 struct Mode {
@@ -89,6 +95,7 @@ struct Options {
     std::string role, profile, mode_name = "fifo", listen, servers_csv;
     std::string cc;                          // empty: by mode (Plan::cc)
     std::string placement = "mxnet";         // or "balanced"
+    std::string sim_ranks = "layer";         // sim: per-layer priority, or "agent": mercuryd's ranks
     uint32_t id = 0, workers = 1, servers = 1, iterations = 10, warmup = 2;
     double byte_divisor = 1, rate_mbit = 100;
     uint64_t partition_bytes = 4 * kChunk;   // bytescheduler, after scaling
@@ -433,6 +440,34 @@ std::unique_ptr<Client> join_agent(Plan& plan, const std::string& job, uint32_t 
     return client;
 }
 
+// Forward-pass waits for parameters, per measured iteration: the total, and
+// the layers waited for longest as [[layer, seconds], ...] (at most 5).
+std::string wait_json_total(const std::vector<double>& wait_s, size_t iterations)
+{
+    double total = 0;
+    for (double w : wait_s)
+        total += w;
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.4f", iterations ? total / static_cast<double>(iterations) : 0.0);
+    return buf;
+}
+
+std::string wait_json_top(const std::vector<double>& wait_s, size_t iterations)
+{
+    std::vector<uint32_t> order(wait_s.size());
+    for (uint32_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return wait_s[a] > wait_s[b]; });
+    std::string out = "[";
+    for (size_t i = 0; i < order.size() && i < 5 && wait_s[order[i]] > 0; ++i) {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "%s[%u,%.4f]", i ? "," : "", order[i],
+                      iterations ? wait_s[order[i]] / static_cast<double>(iterations) : 0.0);
+        out += buf;
+    }
+    return out + "]";
+}
+
 int run_worker(const Options& o)
 {
     Plan plan(o);
@@ -478,6 +513,7 @@ int run_worker(const Options& o)
     double busy_until = 0;             // 0: not computing
     double compute_clock = now_s();    // when the last compute step ended
     bool waiting = false;              // forward pass blocked on parameters
+    std::vector<double> wait_s(plan.model.layers.size(), 0);  // per layer, after warm-up
     std::vector<double> boundaries{compute_clock};
     const size_t n_layers = plan.model.layers.size();
 
@@ -563,6 +599,9 @@ int run_worker(const Options& o)
         if (!busy_until && !backward && iteration < o.iterations && params_ready(layer)) {
             // Waited for parameters: the layer starts now; else back to back.
             const double start = waiting ? now : compute_clock;
+            // What the wait cost: the layer starts now, not when the last one ended.
+            if (waiting && iteration >= o.warmup)
+                wait_s[layer] += now - compute_clock;
             busy_until = start + fwd_us[layer] / 1e6 + 1e-9;
             waiting = false;
         } else if (!busy_until && !backward) {
@@ -620,7 +659,13 @@ int run_worker(const Options& o)
                 o.id, plan.model.name.c_str(), o.mode_name.c_str(), plan.cc.c_str(), o.placement.c_str());
     for (size_t i = 0; i < iters.size(); ++i)
         std::printf("%s%.4f", i ? "," : "", iters[i]);
-    std::printf("],\"mean_s\":%.4f,\"pushed_bytes\":%llu,\"expected_push_bytes\":%llu,\"pulled_bytes\":%llu,"
+    // The measured iterations on CLOCK_MONOTONIC (steady_clock), so link
+    // samples taken by other processes can be lined up with them.
+    std::printf("],\"measured_from_s\":%.4f,\"measured_to_s\":%.4f",
+                boundaries[std::min<size_t>(o.warmup, boundaries.size() - 1)], boundaries.back());
+    std::printf(",\"forward_wait_s\":%s,\"waits\":%s", wait_json_total(wait_s, counted).c_str(),
+                wait_json_top(wait_s, counted).c_str());
+    std::printf(",\"mean_s\":%.4f,\"pushed_bytes\":%llu,\"expected_push_bytes\":%llu,\"pulled_bytes\":%llu,"
                 "\"expected_pull_bytes\":%llu,\"wire_bytes_sent\":%llu}\n",
                 mean, static_cast<unsigned long long>(pushed_payload),
                 static_cast<unsigned long long>(per_iteration * o.iterations),
@@ -748,7 +793,6 @@ int run_server(const Options& o)
 int run_bound(const Options& o)
 {
     Plan plan(o);
-    constexpr double kWirePerPayload = 1514.0 / 1448.0;
     // The compute the workers emulate: the profile's times in whole µs.
     const auto [fwd_us, bwd_us] = plan.timings_us();
     double compute_us = 0;
@@ -782,7 +826,9 @@ int run_bound(const Options& o)
     return 0;
 }
 
-int run_ideal(const Options& o)
+// The mode's schedule simulated on the same links, bytes and framing as the
+// bound (simulator.hpp): what a transport that schedules perfectly achieves.
+int run_sim(const Options& o)
 {
     Plan plan(o);
     SimConfig c;
@@ -790,13 +836,31 @@ int run_ideal(const Options& o)
     c.servers = o.servers;
     c.link_bytes_per_s = o.rate_mbit * 1e6 / 8;
     c.chunk_bytes = kChunk;
+    c.header_bytes = sizeof(Header);
+    c.wire_per_payload = kWirePerPayload;
     c.priority = plan.mode.priority;
+    if (o.sim_ranks != "layer" && o.sim_ranks != "agent")
+        throw std::runtime_error("--sim-ranks is layer or agent");
+    if (plan.mode.priority && o.sim_ranks == "agent") {
+        // The lanes mercuryd would give: its rule on the profile's timings.
+        const auto [f, b] = plan.timings_us();
+        LayerTimings timings(f.size());
+        timings.add(f, b);
+        for (const auto& p : compute_priorities(timings, f.size()))
+            c.layer_rank.push_back(p.rank);
+    }
     c.immediate = plan.mode.immediate;
     c.iterations = o.iterations;
     c.warmup = o.warmup;
     const auto r = simulate(plan.model, plan.placement, c);
-    std::printf("{\"role\":\"ideal\",\"model\":\"%s\",\"mode\":\"%s\",\"mean_s\":%.4f}\n", plan.model.name.c_str(),
-                o.mode_name.c_str(), r.mean_iteration_s);
+    const size_t measured = o.iterations > o.warmup ? o.iterations - o.warmup : 1;
+    std::vector<double> wait_sum(r.forward_wait_s);  // back to sums, as the worker keeps them
+    for (double& w : wait_sum)
+        w *= static_cast<double>(measured);
+    std::printf("{\"role\":\"sim\",\"model\":\"%s\",\"mode\":\"%s\",\"mean_s\":%.4f,\"forward_wait_s\":%s,"
+                "\"waits\":%s}\n",
+                plan.model.name.c_str(), o.mode_name.c_str(), r.mean_iteration_s,
+                wait_json_total(wait_sum, measured).c_str(), wait_json_top(wait_sum, measured).c_str());
     return 0;
 }
 
@@ -825,6 +889,7 @@ Options parse(int argc, char** argv)
         else if (a == "--credit") o.credit = static_cast<uint32_t>(std::stoul(v));
         else if (a == "--cc") o.cc = v;
         else if (a == "--placement") o.placement = v;
+        else if (a == "--sim-ranks") o.sim_ranks = v;
         else throw std::runtime_error("unknown option " + a);
     }
     if (o.profile.empty() || !o.workers || !o.servers || o.byte_divisor <= 0 || o.iterations < 2)
@@ -848,8 +913,8 @@ int main(int argc, char** argv)
             return run_worker(o);
         if (o.role == "server")
             return run_server(o);
-        if (o.role == "sim" || o.role == "ideal")
-            return run_ideal(o);
+        if (o.role == "sim")
+            return run_sim(o);
         if (o.role == "bound")
             return run_bound(o);
         throw std::runtime_error("role is server, worker, sim or bound");

@@ -15,7 +15,8 @@ namespace {
 struct Transfer {
     uint32_t iteration;
     uint32_t layer;       // urgency: the next forward pass needs low layers first
-    uint64_t seq;         // arrival order (FIFO, and stable ties)
+    uint64_t seq;         // arrival order (stable ties)
+    double handed;        // when the tensor push or chunk pull was handed over (FIFO order)
     uint32_t shard;
     uint32_t chunk;
     uint64_t bytes;
@@ -43,6 +44,8 @@ public:
         for (uint32_t t = 0; t < p.tensors.size(); ++t)
             tensor_of_layer_[p.tensors[t].layer] = t;
         workers_.resize(c.workers);
+        for (auto& w : workers_)
+            w.wait_s.assign(m.layers.size(), 0);
     }
 
     SimResult run()
@@ -63,6 +66,10 @@ public:
         for (double s : r.iteration_s)
             sum += s;
         r.mean_iteration_s = r.iteration_s.empty() ? 0 : sum / static_cast<double>(r.iteration_s.size());
+        r.forward_wait_s = workers_[0].wait_s;
+        const uint32_t measured = cfg_.iterations > cfg_.warmup ? cfg_.iterations - cfg_.warmup : 1;
+        for (double& w : r.forward_wait_s)
+            w /= measured;
         return r;
     }
 
@@ -70,12 +77,16 @@ private:
     struct Link {
         bool busy = false;
         std::vector<Transfer> queue;
+        std::map<uint32_t, uint64_t> served;  // connection -> turn it was last served
+        uint64_t turn = 0;
     };
     struct Worker {
         std::vector<double> iteration_start;
         uint32_t iteration = 0;
         uint32_t next_forward = 0;
         bool computing = false;
+        double waiting_since = -1;  // forward pass blocked on parameters since
+        std::vector<double> wait_s;  // per layer, summed over measured iterations
         std::map<std::pair<uint32_t, uint32_t>, uint32_t> pulled;  // (iteration, tensor) -> chunks arrived
     };
 
@@ -95,12 +106,41 @@ private:
     }
     uint32_t server_host(uint32_t shard) const { return cfg_.workers + place_.shards[shard].server; }
 
-    // Most urgent first with priority; first come first served otherwise.
-    bool before(const Transfer& a, const Transfer& b) const
+    // Per-layer priority (priority, no ranks): one order over every chunk,
+    // the most urgent first; a tensor's chunks, and every worker's copy, go
+    // chunk by chunk across them. Otherwise connections (a worker-server pair
+    // and lane) share a link as TCP flows do: the most urgent class (rank;
+    // one class without priority) first, its connections in turn, each
+    // first come, first served.
+    bool per_layer() const { return cfg_.priority && cfg_.layer_rank.empty(); }
+    uint32_t traffic_class(const Transfer& t) const
     {
-        if (cfg_.priority)
-            return std::tie(a.iteration, a.layer, a.seq) < std::tie(b.iteration, b.layer, b.seq);
-        return a.seq < b.seq;
+        return cfg_.priority ? cfg_.layer_rank[t.layer] : 0;
+    }
+    uint32_t connection(const Transfer& t) const
+    {
+        const uint32_t server = server_host(t.shard);
+        const uint32_t lane = cfg_.priority ? cfg_.layer_rank[t.layer] : 0;
+        return ((t.pull ? 1u : 0u) * hosts_ * hosts_ + t.worker * hosts_ + server) * 256 + lane;
+    }
+    std::vector<Transfer>::iterator next_of(Link& link)
+    {
+        if (per_layer())
+            return std::min_element(link.queue.begin(), link.queue.end(), [](const Transfer& a, const Transfer& b) {
+                return std::tie(a.iteration, a.layer, a.chunk, a.shard, a.seq) <
+                       std::tie(b.iteration, b.layer, b.chunk, b.shard, b.seq);
+            });
+        auto key = [&](const Transfer& t) {
+            const auto served = link.served.find(connection(t));
+            return std::make_tuple(traffic_class(t), served == link.served.end() ? 0 : served->second, connection(t),
+                                   t.handed, t.chunk, t.seq);
+        };
+        return std::min_element(link.queue.begin(), link.queue.end(),
+                                [&](const Transfer& a, const Transfer& b) { return key(a) < key(b); });
+    }
+    double wire_seconds(const Transfer& t) const
+    {
+        return static_cast<double>(t.bytes + cfg_.header_bytes) * cfg_.wire_per_payload / cfg_.link_bytes_per_s;
     }
 
     void enqueue(Link& link, uint32_t host, Transfer t, bool down)
@@ -117,12 +157,13 @@ private:
             link.busy = false;
             return;
         }
-        auto it = std::min_element(link.queue.begin(), link.queue.end(),
-                                   [this](const Transfer& a, const Transfer& b) { return before(a, b); });
+        auto it = next_of(link);
         Transfer t = *it;
+        if (!per_layer())
+            link.served[connection(t)] = ++link.turn;
         link.queue.erase(it);
         link.busy = true;
-        at(now_ + static_cast<double>(t.bytes) / cfg_.link_bytes_per_s, [this, &link, host, down, t] {
+        at(now_ + wire_seconds(t), [this, &link, host, down, t] {
             if (down)
                 arrived(t);
             else
@@ -151,7 +192,7 @@ private:
         for (uint32_t c = first; c < last; ++c)
             for (uint32_t w = 0; w < cfg_.workers; ++w)
                 enqueue(uplinks_[server_host(t.shard)], server_host(t.shard),
-                        {t.iteration, t.layer, 0, t.shard, c, chunk_bytes(t.shard, c), w, true, false}, false);
+                        {t.iteration, t.layer, 0, now_, t.shard, c, chunk_bytes(t.shard, c), w, true, false}, false);
     }
 
     void start_iteration(uint32_t w, uint32_t iteration)
@@ -177,8 +218,14 @@ private:
         Worker& wk = workers_[w];
         if (wk.computing || wk.iteration >= cfg_.iterations || wk.next_forward >= model_.layers.size())
             return;
-        if (!params_ready(w, wk.next_forward))
+        if (!params_ready(w, wk.next_forward)) {
+            if (wk.waiting_since < 0)
+                wk.waiting_since = now_;
             return;
+        }
+        if (wk.waiting_since >= 0 && wk.iteration >= cfg_.warmup)
+            wk.wait_s[wk.next_forward] += now_ - wk.waiting_since;
+        wk.waiting_since = -1;
         wk.computing = true;
         const uint32_t layer = wk.next_forward++;
         at(now_ + model_.layers[layer].forward_ms / 1000, [this, w, layer] {
@@ -198,8 +245,8 @@ private:
             if (t != tensor_of_layer_.end())
                 for (uint32_t s : place_.tensors[t->second].shards)
                     for (uint32_t c = 0; c < chunks_per_shard_[s]; ++c)
-                        enqueue(uplinks_[w], w, {wk.iteration, layer, 0, s, c, chunk_bytes(s, c), w, false, false},
-                                false);
+                        enqueue(uplinks_[w], w,
+                                {wk.iteration, layer, 0, now_, s, c, chunk_bytes(s, c), w, false, false}, false);
             if (layer == 0)
                 start_iteration(w, wk.iteration + 1);
             else

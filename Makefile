@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod user test unit bpftest torchtest vmtest fuzz bench bench-torch bench-cc bench-agent demo install clean guest
+.PHONY: all deps kmod user test unit bpftest torchtest vmtest fuzz bench bench-gap bench-torch bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -59,6 +59,12 @@ test: deps
 # checked against a lower bound; build/bench.{log,md,json,png}.
 bench: deps user
 	scripts/bench.sh $(BUILD)/bench
+
+# Where mercury and fifo lose time against the bound: links sampled during
+# one run per point, forward-pass waits by layer, against the simulated
+# schedule; build/bench-gap.{md,json,png}.
+bench-gap: deps user
+	scripts/bench-gap.sh $(BUILD)/bench-gap
 
 # Real PyTorch on the emulated cluster: DDP vs mercury.torch (one lane,
 # lanes on cubic, lanes with priorities); build/bench-torch.{md,json,png}.

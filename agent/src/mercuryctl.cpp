@@ -44,6 +44,7 @@ Commands (act on the caller's network namespace):
   stats                                      show counters
   status [--socket PATH]                     ask mercuryd: jobs, learned timings,
                                              ranks and weights per layer
+  --help, --version                          this text; the version
 
 FLOW is --cookie N (getsockopt SO_COOKIE) or LOCAL REMOTE as the local socket
 sees them, e.g. 10.0.0.1:40000 10.0.0.2:5201 or [fd00::1]:40000 [fd00::2]:5201.
@@ -320,6 +321,10 @@ int run(Args& args, bool json, mercury::DatapathKind kind)
     const std::string cmd = args.next("command");
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {
         std::cout << kUsage;
+        return kExitOk;
+    }
+    if (cmd == "--version") {
+        std::cout << "mercuryctl " << MERCURY_VERSION << "\n";
         return kExitOk;
     }
     if (cmd == "status")

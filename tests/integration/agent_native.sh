@@ -19,6 +19,13 @@ check() {	# check NAME CMD...
 cleanup() { kill "$server" "$agent" 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
 
+# --version: the version CMake builds (PROJECT_VERSION), exit 0, nothing started.
+want=$(sed -n 's/^project(mercury VERSION \([0-9.]*\).*/\1/p' "$(dirname "$0")/../../CMakeLists.txt")
+for prog in mercuryd mercuryctl; do
+	check "$prog-version" [ "$("$bin/$prog" --version)" = "$prog $want" ] ||
+		echo "  $prog --version: $("$bin/$prog" --version 2>&1) (want $prog $want)"
+done
+
 echo "log_level = info" >"$dir/mercuryd.conf"
 chmod 0755 "$dir"   # the hostile client below runs as nobody
 "$bin/mercuryd" --datapath kmod --config "$dir/mercuryd.conf" --socket "$sock" --socket-mode 0666 \

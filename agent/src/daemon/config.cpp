@@ -39,6 +39,7 @@ Options (each may also be a `key = value` line in the config file; flags win):
   --check-ms N         how often to check on the datapath (default 1000)
   --log-level LEVEL    debug, info, warn or error (default info)
   --help               this text
+  --version            print the version and exit
 )";
 
 using Settings = std::map<std::string, std::string>;
@@ -174,6 +175,12 @@ std::string build(const std::vector<std::string>& args, Config& c, bool& help)
 
 ConfigResult load_config(const std::vector<std::string>& args)
 {
+    for (const auto& a : args) {
+        if (a == "--version") {
+            std::cout << "mercuryd " << MERCURY_VERSION << "\n";
+            return {std::nullopt, 0};
+        }
+    }
     Config c;
     bool help = false;
     const std::string err = build(args, c, help);

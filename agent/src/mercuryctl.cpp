@@ -261,7 +261,7 @@ int cmd_params(Datapath& nl, Args& args, bool json)
 // Asks mercuryd over its Unix socket; the daemon renders the document.
 int cmd_status(Args& args, bool json)
 {
-    std::string path = std::getenv("MERCURY_SOCKET") ? std::getenv("MERCURY_SOCKET") : "/run/mercury/mercuryd.sock";
+    std::string path = std::getenv("MERCURY_SOCKET") ? std::getenv("MERCURY_SOCKET") : mercury::proto::kDefaultSocketPath;
     if (args.take_flag("--socket"))
         path = args.next("socket path");
     args.expect_end();

@@ -29,6 +29,7 @@
 
 #include "flow_key.hpp"
 #include "mercury.hpp"
+#include "protocol/wire.hpp"
 
 namespace {
 
@@ -150,7 +151,7 @@ int run(int argc, char** argv)
 // Junk at the agent: it must cut us off (EOF) without hurting anyone else.
 int garbage(int argc, char** argv)
 {
-    std::string path = "/run/mercury/mercuryd.sock";
+    std::string path = mercury::proto::kDefaultSocketPath;
     if (argc >= 4 && std::string(argv[2]) == "--socket")
         path = argv[3];
     const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);

@@ -35,7 +35,6 @@ using namespace mercury;
 
 constexpr auto kRetryPeriod = std::chrono::milliseconds(200);
 constexpr size_t kMaxPending = 4 << 20;  // give up on a stuck agent beyond this
-constexpr const char* kDefaultSocket = "/run/mercury/mercuryd.sock";
 
 // A descriptor this library owns (a dup of a caller's socket).
 class OwnedFd {
@@ -281,7 +280,7 @@ mercury_client* mercury_open(const char* socket_path, const char* job, uint32_t 
     if (!c)
         return nullptr;
     const char* env = std::getenv("MERCURY_SOCKET");
-    c->path = socket_path ? socket_path : env ? env : kDefaultSocket;
+    c->path = socket_path ? socket_path : env ? env : proto::kDefaultSocketPath;
     c->hello = proto::Hello{job, worker_rank, static_cast<uint32_t>(::getpid())};
     {
         std::lock_guard lock(c->mu);

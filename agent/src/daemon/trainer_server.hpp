@@ -23,7 +23,7 @@
 namespace mercury {
 
 struct SocketOptions {
-    std::string path = "/run/mercury/mercuryd.sock";
+    std::string path = proto::kDefaultSocketPath;
     unsigned mode = 0660;
     std::string group;  // empty: keep the daemon's group
     unsigned max_clients = 256;

@@ -17,6 +17,8 @@
 namespace mercury::proto {
 
 constexpr uint8_t kVersion = 1;
+// Where mercuryd listens unless told otherwise (--socket, $MERCURY_SOCKET).
+constexpr const char* kDefaultSocketPath = "/run/mercury/mercuryd.sock";
 constexpr size_t kHeaderSize = 8;
 constexpr uint32_t kMaxBody = 1 << 20;
 constexpr size_t kMaxName = 255;

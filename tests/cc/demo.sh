@@ -37,6 +37,8 @@ run() {	# run MODEL MODE
 	echo "RESULT model=$1 mode=$2 cc=$(echo "$out" | grep -o '"cc":"[a-z0-9_]*"' | sort -u | cut -d'"' -f4 | paste -sd+)" \
 		"mean_s=${mean:-nan} bound_s=$(bound "$profile") bytes_accounted=$bytes_ok"
 	echo "$out" | grep '"role":"worker"' | head -1 | sed 's/^/INFO /'
+	# A run without results says why (the replayer's errors are in its output).
+	[ -n "$mean" ] || echo "$out" | grep -v '^{' | head -5 | sed 's/^/INFO failed: /'
 }
 
 for model in vgg16 resnet50; do

@@ -26,6 +26,24 @@ for prog in mercuryd mercuryctl; do
 		echo "  $prog --version: $("$bin/$prog" --version 2>&1) (want $prog $want)"
 done
 
+# Journal priorities: with stderr on the stream $JOURNAL_STREAM names, every
+# line starts with its syslog priority (journalctl -p filters on it); a
+# JOURNAL_STREAM naming another file changes nothing.
+touch "$dir/journal.log" "$dir/other.log"
+JOURNAL_STREAM=$(stat -c '%d:%i' "$dir/journal.log") "$bin/mercuryd" --datapath kmod --socket "$dir/j.sock" \
+	2>>"$dir/journal.log" &
+jagent=$!
+JOURNAL_STREAM=$(stat -c '%d:%i' "$dir/journal.log") "$bin/mercuryd" --datapath kmod --socket "$dir/o.sock" \
+	2>>"$dir/other.log" &
+oagent=$!
+for _ in $(seq 50); do grep -q 'level=warn' "$dir/journal.log" && grep -q 'level=warn' "$dir/other.log" && break; sleep 0.1; done
+kill "$jagent" "$oagent"
+wait "$jagent" "$oagent"
+check journal-priorities sh -c "grep -q '^<4>ts=.* level=warn' '$dir/journal.log' && grep -q '^<6>ts=.* level=info' '$dir/journal.log' &&
+	! grep -v '^<[3467]>ts=' '$dir/journal.log'" || head -3 "$dir/journal.log"
+check journal-not-elsewhere sh -c "grep -q '^ts=.* level=warn' '$dir/other.log' && ! grep -q '^<' '$dir/other.log'" ||
+	head -3 "$dir/other.log"
+
 echo "log_level = info" >"$dir/mercuryd.conf"
 chmod 0755 "$dir"   # the hostile client below runs as nobody
 "$bin/mercuryd" --datapath kmod --config "$dir/mercuryd.conf" --socket "$sock" --socket-mode 0666 \

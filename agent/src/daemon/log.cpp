@@ -2,8 +2,12 @@
 #include "daemon/log.hpp"
 #include "printable.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 namespace mercury {
@@ -19,6 +23,18 @@ const char* name(LogLevel level)
     case LogLevel::kError: return "error";
     }
     return "?";
+}
+
+// sd-daemon(3)'s "<N>": LOG_DEBUG 7, LOG_INFO 6, LOG_WARNING 4, LOG_ERR 3.
+const char* syslog_prefix(LogLevel level)
+{
+    switch (level) {
+    case LogLevel::kDebug: return "<7>";
+    case LogLevel::kInfo: return "<6>";
+    case LogLevel::kWarn: return "<4>";
+    case LogLevel::kError: return "<3>";
+    }
+    return "<6>";
 }
 
 // Values with spaces, quotes or '=' are quoted so lines stay parseable;
@@ -38,6 +54,15 @@ std::string quoted(std::string_view raw)
 }
 
 }  // namespace
+
+bool stderr_is_journal()
+{
+    const char* stream = std::getenv("JOURNAL_STREAM");
+    struct stat st {};
+    if (!stream || ::fstat(STDERR_FILENO, &st) != 0)
+        return false;
+    return std::string(stream) == std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+}
 
 bool parse_log_level(std::string_view text, LogLevel& out)
 {
@@ -62,7 +87,8 @@ void Logger::log(LogLevel level, std::string_view msg, Fields fields) const
     char ts[32];
     std::strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
 
-    std::string line = std::string("ts=") + ts + "." + std::to_string(1000 + ms).substr(1) + "Z level=" + name(level) +
+    std::string line = priority_prefix_ ? syslog_prefix(level) : "";
+    line += std::string("ts=") + ts + "." + std::to_string(1000 + ms).substr(1) + "Z level=" + name(level) +
                        " msg=" + quoted(msg);
     for (const auto& [k, v] : fields)
         line += " " + std::string(k) + "=" + quoted(v);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 // Structured logs on stderr, one event per line: ts=... level=... msg="..." k=v.
-// systemd's journal takes stderr as it is.
+// When stderr is the journal (systemd's JOURNAL_STREAM names it), each line
+// starts with its syslog priority, <7> debug to <3> error (sd-daemon(3)), so
+// `journalctl -p warning` filters.
 #pragma once
 
 #include <initializer_list>
@@ -13,6 +15,8 @@ namespace mercury {
 enum class LogLevel { kDebug, kInfo, kWarn, kError };
 
 bool parse_log_level(std::string_view text, LogLevel& out);
+
+bool stderr_is_journal();
 
 class Logger {
 public:
@@ -27,6 +31,10 @@ public:
 private:
     void log(LogLevel level, std::string_view msg, Fields fields) const;
     LogLevel level_ = LogLevel::kInfo;
+    bool priority_prefix_ = stderr_is_journal();
 };
+
+// True if $JOURNAL_STREAM ("DEV:INODE") is the file stderr is open on.
+bool stderr_is_journal();
 
 }  // namespace mercury

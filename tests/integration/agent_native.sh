@@ -70,6 +70,19 @@ check status-thief-gone grep -vq '"job":"thief' <<<"$status"
 check log-control-bytes-escaped grep -q 'job="thief\\x1b\[2J\\x0alevel=error forged"' "$dir/agent.log"
 check status-no-kernel grep -q '"connected":false' <<<"$status"
 check status-text grep -q 'job py-job worker 2' <<<"$text"
+# The same from Python: python3 -m mercury status, which speaks the protocol itself.
+pymercury() { PYTHONPATH="$py" LIBMERCURY="$lib/libmercury.so" /usr/bin/python3 -m mercury "$@"; }
+pystatus=$(pymercury status --json --socket "$sock")
+check python-status-json grep -q '"job": "py-job", "worker": 2' <<<"$pystatus" ||
+	echo "  python3 -m mercury status --json: $pystatus"
+check python-status-json-lib grep -q '"libmercury": true' <<<"$pystatus"
+pytext=$(pymercury status --socket "$sock")
+check python-status-text grep -q 'job py-job worker 2' <<<"$pytext" || echo "  python3 -m mercury status: $pytext"
+check python-status-text-lib grep -q '^libmercury: loaded' <<<"$pytext"
+pymercury status --socket "$dir/nobody-here.sock" >/dev/null 2>"$dir/pyerr"
+check python-status-no-agent [ $? = 3 ] && check python-status-no-agent-says grep -q "cannot reach mercuryd at $dir/nobody-here.sock" "$dir/pyerr"
+want_sock=$(sed -n 's/.*kDefaultSocketPath = "\(.*\)";/\1/p' "$(dirname "$0")/../../agent/src/protocol/wire.hpp")
+check python-default-socket [ "$(PYTHONPATH="$py" /usr/bin/python3 -c 'import mercury.__main__ as m; print(m.DEFAULT_SOCKET)' 2>/dev/null)" = "$want_sock" ]
 # A trainer in a PID namespace of its own (a container) is served too.
 LIBMERCURY="$lib/libmercury.so" unshare --pid --fork /usr/bin/python3 "$(dirname "$0")/python_client.py" \
 	"$py" "$sock" $port >"$dir/py-container.out" 2>&1

@@ -60,8 +60,10 @@ def request_status(path: str, as_json: bool, timeout: float = 5.0) -> str:
         try:
             conn.sendall(_frame(_STATUS_REQUEST, bytes([_FORMAT_JSON if as_json else _FORMAT_TEXT])))
             length, version, msg_type, _flags = struct.unpack("<IBBH", _recv_exact(conn, 8))
-            if version != _VERSION or length > _MAX_BODY:
+            if version != _VERSION:
                 raise StatusError(f"mercuryd speaks protocol {version}, this client {_VERSION}", 1)
+            if length > _MAX_BODY:
+                raise StatusError(f"mercuryd's reply claims {length} bytes, above the protocol's 1 MiB", 1)
             body = _recv_exact(conn, length)
         except socket.timeout as e:
             raise StatusError(f"no status reply from mercuryd at {path} within {timeout:g} s", 1) from e

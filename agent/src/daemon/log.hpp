@@ -16,6 +16,7 @@ enum class LogLevel { kDebug, kInfo, kWarn, kError };
 
 bool parse_log_level(std::string_view text, LogLevel& out);
 
+// True if $JOURNAL_STREAM ("DEV:INODE") is the file stderr is open on.
 bool stderr_is_journal();
 
 class Logger {
@@ -33,8 +34,5 @@ private:
     LogLevel level_ = LogLevel::kInfo;
     bool priority_prefix_ = stderr_is_journal();
 };
-
-// True if $JOURNAL_STREAM ("DEV:INODE") is the file stderr is open on.
-bool stderr_is_journal();
 
 }  // namespace mercury

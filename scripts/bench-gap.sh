@@ -62,7 +62,7 @@ for point in $POINTS; do
 		[ "$cc" = mercury ] && mercury-replay sim $common --mode "$mode" --sim-ranks agent |
 			sed 's/"role":"sim"/"role":"sim-ranks"/' | tag "$point" "$mode" >>"$out.jsonl"
 		sh "$top/scripts/cluster.sh" up $W $S "$RATE"
-		python3 "$top/scripts/link-sampler.py" "$SAMPLE_S" $links >"$out.$model-$gbps-$mode.samples" &
+		/usr/bin/python3 "$top/scripts/link-sampler.py" "$SAMPLE_S" $links >"$out.$model-$gbps-$mode.samples" &
 		sampler=$!
 		REPLAY_ARGS="--cc $cc" timeout 600 sh "$top/scripts/train.sh" "$profiles/$model.graph.txt" "$mode" $W $S \
 			"$(divisor_of "$gbps")" "$ITER" | grep '"role":"worker"' | tag "$point" "$mode" >>"$out.jsonl" ||

@@ -106,6 +106,31 @@ wait $holder 2>/dev/null
 check max-clients-serves-again sh -c "for i in \$(seq 100); do '$bin/mercuryctl' status --socket '$dir/small.sock' >/dev/null 2>&1 && exit 0; sleep 0.05; done; exit 1"
 kill $small
 wait $small 2>/dev/null
+# Out of descriptors (EMFILE), accept() fails for as long as clients queue: the
+# agent retries every 100 ms and warns at most once a second (it used to spin
+# at 100% CPU writing 187k lines a second), then serves once they leave.
+prlimit --nofile=20:20 "$bin/mercuryd" --datapath kmod --socket "$dir/fds.sock" 2>"$dir/fds.log" &
+fds=$!
+for _ in $(seq 100); do [ -S "$dir/fds.sock" ] && break; sleep 0.05; done
+t0=$(date +%s)
+/usr/bin/python3 -c 'import socket, sys, time
+held = [socket.socket(socket.AF_UNIX) for _ in range(40)]
+for s in held: s.connect(sys.argv[1])
+print("holding", flush=True); time.sleep(4)' "$dir/fds.sock" >"$dir/fds-holder.out" &
+holder=$!
+for _ in $(seq 100); do grep -q holding "$dir/fds-holder.out" && break; sleep 0.05; done
+timeout -s INT 2 strace -f -e trace=accept,accept4 -o "$dir/fds.strace" -p $fds 2>/dev/null
+wait $holder
+t1=$(date +%s)
+tries=$(grep -c EMFILE "$dir/fds.strace")
+warned=$(grep -c 'accept failed' "$dir/fds.log")
+check emfile-backs-off [ "$tries" -ge 1 -a "$tries" -le 30 ] ||
+	echo "  $tries accept() calls failed with EMFILE in 2 s (want 1..30: one per 100 ms)"
+check emfile-warns-once-a-second [ "$warned" -ge 1 -a "$warned" -le $((t1 - t0 + 1)) ] ||
+	echo "  $warned warnings in $((t1 - t0)) s"
+check emfile-serves-again sh -c "for i in \$(seq 100); do '$bin/mercuryctl' status --socket '$dir/fds.sock' >/dev/null 2>&1 && exit 0; sleep 0.05; done; exit 1"
+kill $fds
+wait $fds 2>/dev/null
 # Limits (agent/PROTOCOL.md): each breach gets its Error; a client that does not
 # read its replies is waited for, not dropped, and costs no more than it reads.
 "$bin/mercuryd" --datapath kmod --socket "$dir/limits.sock" --frame-timeout-ms 300 --max-flows-per-client 5 \

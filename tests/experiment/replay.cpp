@@ -62,6 +62,7 @@
 #include "model.hpp"
 #include "learner/priorities.hpp"
 #include "simulator.hpp"
+#include "unique_fd.hpp"
 
 namespace {
 
@@ -242,11 +243,8 @@ private:
 // Non-blocking: a blocking write here deadlocks (both ends writing, none reading).
 class Conn {
 public:
-    explicit Conn(int fd) : fd_(fd) { ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK); }
-    ~Conn() { ::close(fd_); }
-    Conn(const Conn&) = delete;
-    Conn& operator=(const Conn&) = delete;
-    int fd() const { return fd_; }
+    explicit Conn(int fd) : fd_(fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+    int fd() const { return fd_.get(); }
     bool want_write() const { return !out_.empty(); }
 
     void queue(const Header& h)
@@ -279,7 +277,7 @@ public:
                 iov[n++] = {buf + off, sizeof(Header) - off};
             const size_t payload_off = off > sizeof(Header) ? off - sizeof(Header) : 0;
             iov[n++] = {const_cast<char*>(zeros.data()), h.bytes - payload_off};
-            const ssize_t w = ::writev(fd_, iov, n);
+            const ssize_t w = ::writev(fd_.get(), iov, n);
             if (w <= 0)
                 break;
             off += static_cast<size_t>(w);
@@ -296,7 +294,7 @@ public:
     bool read(F&& on_chunk)
     {
         char buf[65536];
-        const ssize_t n = ::recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
+        const ssize_t n = ::recv(fd_.get(), buf, sizeof(buf), MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
             return false;
         for (ssize_t i = 0; i < n;) {
@@ -326,7 +324,7 @@ public:
     uint64_t received_payload() const { return received_; }
 
 private:
-    int fd_;
+    mercury::UniqueFd fd_;
     std::deque<std::pair<Header, size_t>> out_;
     Header in_{};
     size_t have_ = 0;

@@ -48,32 +48,11 @@
 #include "flow_key.hpp"
 #include "mercury/uapi.h"
 #include "parse_number.hpp"
+#include "unique_fd.hpp"
 
 namespace {
 
 constexpr size_t TCP_CA_NAME_MAX = 16;
-
-class Fd {
-public:
-    explicit Fd(int fd = -1) : fd_(fd) {}
-    ~Fd() { reset(); }
-    Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-    Fd& operator=(Fd&& o) noexcept
-    {
-        reset(std::exchange(o.fd_, -1));
-        return *this;
-    }
-    int get() const { return fd_; }
-    void reset(int fd = -1)
-    {
-        if (fd_ >= 0)
-            ::close(fd_);
-        fd_ = fd;
-    }
-
-private:
-    int fd_;
-};
 
 [[noreturn]] void die(const std::string& what)
 {
@@ -213,7 +192,7 @@ int run_server(const Options& o)
                                            : bind_to + ":" + std::to_string(o.port));
     if (!ep)
         die("bad --bind/--port");
-    Fd listener(::socket(ep->family, SOCK_STREAM, 0));
+    mercury::UniqueFd listener(::socket(ep->family, SOCK_STREAM, 0));
     if (listener.get() < 0)
         die_errno("socket");
     const int one = 1;
@@ -229,7 +208,7 @@ int run_server(const Options& o)
 
     // One thread drains every connection: the scale tests open 10,000, more
     // than a small VM's threads-max.
-    Fd epoll(::epoll_create1(EPOLL_CLOEXEC));
+    mercury::UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
     if (epoll.get() < 0)
         die_errno("epoll_create1");
     auto watch = [&](int fd) {
@@ -240,7 +219,7 @@ int run_server(const Options& o)
             die_errno("epoll_ctl");
     };
     watch(listener.get());
-    std::unordered_map<int, Fd> conns;
+    std::unordered_map<int, mercury::UniqueFd> conns;
     std::vector<char> buf(1 << 16);
     std::vector<epoll_event> ready(256);
     for (;;) {
@@ -250,7 +229,7 @@ int run_server(const Options& o)
         for (int i = 0; i < n; ++i) {
             const int fd = ready[static_cast<size_t>(i)].data.fd;
             if (fd == listener.get()) {
-                Fd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+                mercury::UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
                 if (conn.get() < 0) {
                     if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN)
                         continue;
@@ -307,9 +286,9 @@ std::string mercury_info(int fd)
     return "rank=na weight=na held=na holds=na";
 }
 
-Fd open_connection(const Options& o, const mercury::Endpoint& remote)
+mercury::UniqueFd open_connection(const Options& o, const mercury::Endpoint& remote)
 {
-    Fd sock(::socket(remote.family, SOCK_STREAM, 0));
+    mercury::UniqueFd sock(::socket(remote.family, SOCK_STREAM, 0));
     if (sock.get() < 0)
         die_errno("socket");
     if (!o.cc.empty() && setsockopt(sock.get(), IPPROTO_TCP, TCP_CONGESTION, o.cc.data(), o.cc.size()) < 0)
@@ -327,7 +306,7 @@ Fd open_connection(const Options& o, const mercury::Endpoint& remote)
     return sock;
 }
 
-uint64_t bytes_acked(const std::vector<Fd>& socks)
+uint64_t bytes_acked(const std::vector<mercury::UniqueFd>& socks)
 {
     uint64_t sum = 0;
     for (const auto& s : socks)
@@ -344,7 +323,7 @@ uint64_t socket_cookie(int fd)
     return cookie;
 }
 
-void add_flow_entries(const std::vector<Fd>& socks, uint8_t rank)
+void add_flow_entries(const std::vector<mercury::UniqueFd>& socks, uint8_t rank)
 {
     std::unique_ptr<mercury::Datapath> dp;
     if (const auto s = mercury::open_datapath(mercury::DatapathKind::kAuto, dp); !s)
@@ -371,7 +350,7 @@ int run_client(const Options& o)
     sigaddset(&go, SIGUSR1);
     if (o.wait_signal)
         sigprocmask(SIG_BLOCK, &go, nullptr);
-    std::vector<Fd> socks;
+    std::vector<mercury::UniqueFd> socks;
     socks.reserve(o.connections);
     for (uint32_t i = 0; i < o.connections; ++i)
         socks.push_back(open_connection(o, *remote));

@@ -23,6 +23,7 @@
 
 #include "datapath/genl_client.hpp"
 #include "mercury/uapi.h"
+#include "unique_fd.hpp"
 
 namespace {
 
@@ -412,20 +413,14 @@ public:
 
     bool open()
     {
-        fd_ = open_genl_socket();
-        if (fd_ < 0)
+        fd_.reset(open_genl_socket());
+        if (!fd_)
             return false;
         const int rcvbuf = 1 << 20;
-        setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+        setsockopt(fd_.get(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
         family_ = resolve();
         return family_ > 0;
     }
-    ~Fuzzer()
-    {
-        if (fd_ >= 0)
-            close(fd_);
-    }
-
     void send_random(uint32_t seq)
     {
         std::vector<uint8_t> attrs;
@@ -452,7 +447,7 @@ public:
             msg.resize(static_cast<size_t>(pick(static_cast<int>(msg.size()) + 1)));
         sockaddr_nl kernel{};
         kernel.nl_family = AF_NETLINK;
-        sendto(fd_, msg.data(), msg.size(), 0, reinterpret_cast<const sockaddr*>(&kernel), sizeof(kernel));
+        sendto(fd_.get(), msg.data(), msg.size(), 0, reinterpret_cast<const sockaddr*>(&kernel), sizeof(kernel));
         drain();
     }
 
@@ -460,7 +455,7 @@ public:
     void drain()
     {
         char buf[65536];
-        while (recv(fd_, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+        while (recv(fd_.get(), buf, sizeof(buf), MSG_DONTWAIT) > 0) {
         }
     }
 
@@ -496,10 +491,10 @@ private:
 
     int resolve()
     {
-        if (!send_ctrl_request(fd_, CTRL_CMD_GETFAMILY, 0))
+        if (!send_ctrl_request(fd_.get(), CTRL_CMD_GETFAMILY, 0))
             return -1;
         char buf[8192];
-        const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+        const ssize_t n = recv(fd_.get(), buf, sizeof(buf), 0);
         const auto* h = reinterpret_cast<const nlmsghdr*>(buf);
         if (n <= 0 || !NLMSG_OK(h, static_cast<size_t>(n)) || h->nlmsg_type != GENL_ID_CTRL)
             return -1;
@@ -518,7 +513,7 @@ private:
     }
 
     std::mt19937_64 rng_;
-    int fd_ = -1;
+    mercury::UniqueFd fd_;
     int family_ = -1;
 };
 

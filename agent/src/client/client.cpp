@@ -28,6 +28,7 @@
 
 #include "mercury.h"
 #include "protocol/wire.hpp"
+#include "unique_fd.hpp"
 
 namespace {
 
@@ -36,55 +37,27 @@ using namespace mercury;
 constexpr auto kRetryPeriod = std::chrono::milliseconds(200);
 constexpr size_t kMaxPending = 4 << 20;  // give up on a stuck agent beyond this
 
-// A descriptor this library owns (a dup of a caller's socket).
-class OwnedFd {
-public:
-    OwnedFd() = default;
-    explicit OwnedFd(int fd) : fd_(fd) {}
-    OwnedFd(OwnedFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-    OwnedFd& operator=(OwnedFd&& o) noexcept
-    {
-        if (this != &o) {
-            reset();
-            fd_ = std::exchange(o.fd_, -1);
-        }
-        return *this;
-    }
-    ~OwnedFd() { reset(); }
-    void reset()
-    {
-        if (fd_ >= 0)
-            ::close(fd_);
-        fd_ = -1;
-    }
-    int get() const { return fd_; }
-    explicit operator bool() const { return fd_ >= 0; }
-
-private:
-    int fd_ = -1;
-};
-
-OwnedFd dup_fd(int fd)
+UniqueFd dup_fd(int fd)
 {
-    return OwnedFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
 }
 
 // One frame waiting to be written; a passed socket rides on its first byte.
 struct OutFrame {
     std::vector<uint8_t> bytes;
-    OwnedFd pass;
+    UniqueFd pass;
     size_t sent = 0;
 };
 
 struct LaneSocket {
     uint32_t lane, lanes;
-    OwnedFd fd;  // kept to prove ownership again to a restarted agent
+    UniqueFd fd;  // kept to prove ownership again to a restarted agent
 };
 
 struct LayerSocket {
     uint32_t layer;
     uint64_t cookie;
-    OwnedFd fd;  // kept to prove ownership again to a restarted agent
+    UniqueFd fd;  // kept to prove ownership again to a restarted agent
 };
 
 uint64_t cookie_of(int fd)
@@ -339,7 +312,7 @@ int mercury_register_socket(mercury_client* c, uint32_t layer, int fd)
     const uint64_t cookie = cookie_of(fd);
     if (!cookie)
         return MERCURY_E_INVAL;
-    OwnedFd kept = dup_fd(fd);
+    UniqueFd kept = dup_fd(fd);
     if (!kept)
         return MERCURY_E_NOMEM;
     std::lock_guard lock(c->mu);
@@ -374,7 +347,7 @@ int mercury_register_lane(mercury_client* c, uint32_t lane, uint32_t lanes, int 
     socklen_t len = sizeof(protocol);
     if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 || protocol != IPPROTO_TCP)
         return MERCURY_E_INVAL;
-    OwnedFd kept = dup_fd(fd);
+    UniqueFd kept = dup_fd(fd);
     if (!kept)
         return MERCURY_E_NOMEM;
     std::lock_guard lock(c->mu);

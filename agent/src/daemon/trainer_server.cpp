@@ -144,12 +144,6 @@ void TrainerServer::closed(uint32_t id)
     sessions_.erase(id);
 }
 
-Session::OwnedFd::~OwnedFd()
-{
-    if (fd_ >= 0)
-        ::close(fd_);
-}
-
 Session::Session(TrainerServer& server, stream::socket socket, uint32_t id)
     : server_(server), socket_(std::move(socket)), id_(id), frame_timer_(server.io_)
 {
@@ -353,7 +347,7 @@ bool Session::take_passed_socket(FlowKey& key)
 {
     if (fds_.empty())
         return false;
-    const OwnedFd fd = std::move(fds_.front());
+    const UniqueFd fd = std::move(fds_.front());
     fds_.pop_front();
     int protocol = 0;
     uint64_t cookie = 0;

@@ -19,6 +19,7 @@
 
 #include "daemon/jobs.hpp"
 #include "daemon/log.hpp"
+#include "unique_fd.hpp"
 
 namespace mercury {
 
@@ -67,18 +68,6 @@ public:
     void close();
 
 private:
-    class OwnedFd {
-    public:
-        explicit OwnedFd(int fd) : fd_(fd) {}
-        OwnedFd(OwnedFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-        OwnedFd& operator=(OwnedFd&&) = delete;
-        ~OwnedFd();
-        int get() const { return fd_; }
-
-    private:
-        int fd_;
-    };
-
 public:
     // Queues @msg; frames go out one async_write at a time, in order.
     void send(const proto::Message& msg);
@@ -107,7 +96,7 @@ private:
     std::deque<std::vector<uint8_t>> out_;    // frames not yet written
     size_t out_bytes_ = 0;
     std::vector<uint8_t> buffer_;
-    std::deque<OwnedFd> fds_;  // passed sockets not yet claimed by a Register
+    std::deque<UniqueFd> fds_;  // passed sockets not yet claimed by a Register
     bool input_paused_ = false;              // until the write queue drains
     boost::asio::steady_timer frame_timer_;  // a partial frame's deadline
     bool frame_timer_armed_ = false;

@@ -53,21 +53,14 @@ class ConfigLock {
 public:
     ConfigLock() : fd_(::open((pin_root() + MERCURY_BPF_LOCK_FILE).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600))
     {
-        if (fd_ >= 0)
-            while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+        if (fd_)
+            while (::flock(fd_.get(), LOCK_EX) != 0 && errno == EINTR) {
             }
     }
-    ~ConfigLock()
-    {
-        if (fd_ >= 0)
-            ::close(fd_);  // releases the lock
-    }
-    ConfigLock(const ConfigLock&) = delete;
-    ConfigLock& operator=(const ConfigLock&) = delete;
-    bool held() const { return fd_ >= 0; }
+    bool held() const { return static_cast<bool>(fd_); }
 
 private:
-    int fd_;
+    UniqueFd fd_;  // closing it releases the lock
 };
 
 Status errno_status(const std::string& what)
@@ -156,27 +149,6 @@ Status caller_netns(uint64_t& out)
 }
 
 }  // namespace
-
-UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept
-{
-    if (this != &other) {
-        if (fd_ >= 0)
-            ::close(fd_);
-        fd_ = other.release();
-    }
-    return *this;
-}
-
-UniqueFd::~UniqueFd()
-{
-    if (fd_ >= 0)
-        ::close(fd_);
-}
-
-int UniqueFd::release()
-{
-    return std::exchange(fd_, -1);
-}
 
 uint64_t monotonic_ns()
 {

@@ -14,27 +14,9 @@
 
 #include "datapath/datapath.hpp"
 #include "mercury/bpf_maps.h"
+#include "unique_fd.hpp"
 
 namespace mercury {
-
-// An owned file descriptor.
-class UniqueFd {
-public:
-    UniqueFd() = default;
-    explicit UniqueFd(int fd) : fd_(fd) {}
-    UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-    UniqueFd& operator=(UniqueFd&& other) noexcept;
-    ~UniqueFd();
-    UniqueFd(const UniqueFd&) = delete;
-    UniqueFd& operator=(const UniqueFd&) = delete;
-
-    int get() const { return fd_; }
-    int release();
-    explicit operator bool() const { return fd_ >= 0; }
-
-private:
-    int fd_ = -1;
-};
 
 // Whether tcp_available_congestion_control lists @name (the list is global).
 bool congestion_control_registered(std::string_view name);

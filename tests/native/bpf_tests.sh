@@ -184,6 +184,31 @@ test_netns_reclaimed() {
 }
 slots_at_most() { [ "$(global_stat global_netns_slots)" -le "$1" ]; }
 
+# Once every config slot is taken (MERCURY_BPF_MAX_NETNS namespaces with an
+# entry), a new netns's tag set is refused with a reason and writes nothing.
+# The entry used to go in before the config that failed: the tag showed in
+# the table of a netns whose `tag set` had exited 1. Last in the suite: the
+# slots stay taken until their entries expire; the suite's end clears them.
+all_tags() { bpftool map dump pinned /run/mercury/bpf/mercury_tags 2>/dev/null | grep -c '"key"'; }
+test_netns_slots_full() {
+	local max i out rc tags0
+	max=$(sed -n 's/^#define MERCURY_BPF_MAX_NETNS[[:space:]]*//p' "$top/include/mercury/bpf_maps.h")
+	# Throwaway namespaces (gone when mercuryctl exits), each holding a slot.
+	for i in $(seq "$max"); do
+		unshare --net mercuryctl tag set 11 1 --ttl 600000 >/dev/null 2>&1 || break
+	done
+	expect bpf/netns-slots-fill "slots taken: $(global_stat global_netns_slots) of $max" \
+		[ "$(global_stat global_netns_slots)" = "$max" ]
+	$IP netns add full
+	tags0=$(all_tags)
+	out=$(ctl full tag set 12 1 2>&1)
+	rc=$?
+	expect bpf/netns-slots-full-refused "tag set in netns $((max + 1)) (exit $rc): $out" \
+		sh -c "[ $rc = 1 ] && printf '%s' \"\$1\" | grep -q 'no room for another network namespace'" - "$out"
+	expect bpf/netns-slots-full-unchanged "its table: '$(entries_of full)'; tags host-wide $tags0 -> $(all_tags)" \
+		[ -z "$(entries_of full)" -a "$(all_tags)" = "$tags0" ]
+}
+
 # 10,000 concurrent mercury connections, each with its own flow entry set
 # through mercuryd: every one is a flow of the datapath, every entry is in,
 # and nothing is left once they close.
@@ -260,6 +285,7 @@ run_test crash_recovery
 run_test restart_keeps_state
 run_test netns_reclaimed
 run_test scale
+run_test netns_slots_full
 expect bpf/nothing-uncounted "host-wide events without a netns state: $(global_stat global_uncounted)" \
 	[ "$(global_stat global_uncounted)" = 0 ]
 stop_loader TERM

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,8 +16,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "datapath/datapath.hpp"
 #include "mercury/uapi.h"
+#include "printable.hpp"
 #include "protocol/wire.hpp"
 
 namespace {
@@ -42,6 +46,10 @@ Commands (act on the caller's network namespace):
   flush                                      remove every entry
   params [NAME=VALUE ...]                    show, or set, parameters
   stats                                      show counters
+  flows [--socket PATH]                      every mercury socket of the netns: the job
+                                             and layer that registered it (asks mercuryd),
+                                             rank, weight, tag, held, cwnd, srtt, bytes acked
+  top [--interval-ms N] [--count N]          flows, refreshed (default every 1000 ms)
   status [--socket PATH]                     ask mercuryd: jobs, learned timings,
                                              ranks and weights per layer
   --help, --version                          this text; the version
@@ -258,20 +266,26 @@ int cmd_params(Datapath& nl, Args& args, bool json)
     return kExitOk;
 }
 
-// Asks mercuryd over its Unix socket; the daemon renders the document.
-int cmd_status(Args& args, bool json)
+std::string agent_socket_path(Args& args)
 {
     std::string path = std::getenv("MERCURY_SOCKET") ? std::getenv("MERCURY_SOCKET") : mercury::proto::kDefaultSocketPath;
     if (args.take_flag("--socket"))
         path = args.next("socket path");
-    args.expect_end();
+    return path;
+}
 
+// Asks mercuryd at @path for its status document (the daemon renders it).
+// Returns an exit code; on kExitOk, @document holds the reply. Errors are
+// printed unless @quiet.
+int fetch_status(const std::string& path, bool json, std::string& document, bool quiet = false)
+{
     const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
     if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-        std::cerr << "mercuryctl: cannot reach mercuryd at " << path << ": " << std::strerror(errno) << "\n";
+        if (!quiet)
+            std::cerr << "mercuryctl: cannot reach mercuryd at " << path << ": " << std::strerror(errno) << "\n";
         if (fd >= 0)
             ::close(fd);
         return kExitNoModule;
@@ -292,11 +306,12 @@ int cmd_status(Args& args, bool json)
             const auto d = mercury::proto::decode(buf);
             if (d.status == mercury::proto::DecodeStatus::kOk) {
                 if (const auto* reply = std::get_if<mercury::proto::StatusReply>(&d.message)) {
-                    std::cout << reply->document << (json ? "\n" : "");
+                    document = reply->document;
                     rc = kExitOk;
                 } else if (const auto* error = std::get_if<mercury::proto::Error>(&d.message)) {
-                    std::cerr << "mercuryctl: mercuryd refused: " << error->message << " ("
-                              << std::strerror(static_cast<int>(error->code)) << ")\n";
+                    if (!quiet)
+                        std::cerr << "mercuryctl: mercuryd refused: " << error->message << " ("
+                                  << std::strerror(static_cast<int>(error->code)) << ")\n";
                     ::close(fd);
                     return kExitRefused;
                 }
@@ -311,9 +326,119 @@ int cmd_status(Args& args, bool json)
         }
     }
     ::close(fd);
-    if (rc != kExitOk)
+    if (rc != kExitOk && !quiet)
         std::cerr << "mercuryctl: no status reply from mercuryd at " << path << "\n";
     return rc;
+}
+
+int cmd_status(Args& args, bool json)
+{
+    const std::string path = agent_socket_path(args);
+    args.expect_end();
+    std::string document;
+    const int rc = fetch_status(path, json, document);
+    if (rc == kExitOk)
+        std::cout << document << (json ? "\n" : "");
+    return rc;
+}
+
+// Who registered a connection, from the agent's status: job and layer (or lane).
+struct Owner {
+    std::string job;
+    std::optional<size_t> layer;   // nullopt: a lane
+    std::string layer_name;
+};
+
+std::map<std::string, Owner> owners_from_agent(const std::string& path)
+{
+    std::map<std::string, Owner> owners;
+    std::string document;
+    if (fetch_status(path, true, document, true) != kExitOk)
+        return owners;
+    const auto status = nlohmann::json::parse(document, nullptr, false);
+    if (status.is_discarded())
+        return owners;
+    for (const auto& job : status.value("jobs", nlohmann::json::array())) {
+        const std::string name = job.value("job", "");
+        for (const auto& lane : job.value("lanes", nlohmann::json::array()))
+            owners[lane.value("flow", "")] = {name, std::nullopt, ""};
+        const auto layers = job.value("layers", nlohmann::json::array());
+        for (size_t i = 0; i < layers.size(); ++i)
+            for (const auto& flow : layers[i].value("flows", nlohmann::json::array()))
+                owners[flow.get<std::string>()] = {name, i, layers[i].value("name", "")};
+    }
+    return owners;
+}
+
+// Every mercury socket of this netns, joined with what mercuryd knows of it.
+int print_flows(Datapath& nl, const std::string& path, bool json)
+{
+    std::vector<mercury::SocketView> sockets;
+    if (int rc = report(nl.list_sockets(sockets), "list sockets"))
+        return rc;
+    const auto owners = owners_from_agent(path);
+    auto owner_of = [&](const mercury::SocketView& v) -> const Owner* {
+        for (const auto& key : {mercury::FlowKey::by_cookie(v.cookie).to_string(),
+                                v.local.to_string() + "->" + v.remote.to_string()})
+            if (const auto it = owners.find(key); it != owners.end())
+                return &it->second;
+        return nullptr;
+    };
+    if (json) {
+        auto out = nlohmann::json::array();
+        for (const auto& v : sockets) {
+            const Owner* owner = owner_of(v);
+            out.push_back({{"local", v.local.to_string()}, {"remote", v.remote.to_string()}, {"cookie", v.cookie},
+                           {"job", owner ? nlohmann::json(owner->job) : nlohmann::json()},
+                           {"layer", owner && owner->layer ? nlohmann::json(*owner->layer) : nlohmann::json()},
+                           {"layer_name", owner && owner->layer ? nlohmann::json(owner->layer_name) : nlohmann::json()},
+                           {"lane", owner && !owner->layer},
+                           {"rank", v.rank ? nlohmann::json(*v.rank) : nlohmann::json()}, {"weight", v.weight},
+                           {"tag", v.tag}, {"held", v.held}, {"holds", v.holds}, {"cwnd", v.cwnd},
+                           {"srtt_us", v.srtt_us}, {"bytes_acked", v.bytes_acked}});
+        }
+        std::cout << out.dump() << "\n";
+        return kExitOk;
+    }
+    std::printf("%-22s %-22s %-16s %5s %4s %6s %5s %4s %6s %6s %8s %12s\n", "local", "remote", "job", "layer", "rank",
+                "weight", "tag", "held", "holds", "cwnd", "srtt_us", "bytes_acked");
+    for (const auto& v : sockets) {
+        const Owner* owner = owner_of(v);
+        const std::string layer = !owner ? "-" : owner->layer ? std::to_string(*owner->layer) : "lane";
+        std::printf("%-22s %-22s %-16.16s %5s %4s %6u %5u %4s %6u %6u %8u %12llu\n", v.local.to_string().c_str(),
+                    v.remote.to_string().c_str(), owner ? mercury::printable(owner->job).c_str() : "-", layer.c_str(),
+                    v.rank ? std::to_string(*v.rank).c_str() : "-", v.weight, v.tag, v.held ? "yes" : "no", v.holds, v.cwnd,
+                    v.srtt_us, static_cast<unsigned long long>(v.bytes_acked));
+    }
+    return kExitOk;
+}
+
+int cmd_flows(Datapath& nl, Args& args, bool json, bool live)
+{
+    unsigned interval_ms = 1000, count = 0;   // top: 0 = until interrupted
+    std::string path = agent_socket_path(args);
+    while (!args.empty()) {
+        if (live && args.take_flag("--interval-ms"))
+            interval_ms = parse_number<unsigned>(args.next("interval"), "interval");
+        else if (live && args.take_flag("--count"))
+            count = parse_number<unsigned>(args.next("count"), "count");
+        else if (args.take_flag("--socket"))
+            path = args.next("socket path");
+        else
+            args.expect_end();
+    }
+    if (!live)
+        return print_flows(nl, path, json);
+    for (unsigned i = 0; count == 0 || i < count; ++i) {
+        if (i > 0)
+            ::usleep(interval_ms * 1000);
+        if (!json)
+            std::cout << "\033[H\033[2J" << std::flush;  // clear, as top does
+        if (int rc = print_flows(nl, path, json))
+            return rc;
+        std::cout << std::flush;
+    }
+    return kExitOk;
 }
 
 int run(Args& args, bool json, mercury::DatapathKind kind)
@@ -368,6 +493,8 @@ int run(Args& args, bool json, mercury::DatapathKind kind)
     }
     if (cmd == "params")
         return cmd_params(*nl, args, json);
+    if (cmd == "flows" || cmd == "top")
+        return cmd_flows(*nl, args, json, cmd == "top");
     if (cmd == "stats") {
         args.expect_end();
         mercury::Stats stats;

@@ -3,7 +3,8 @@
 #
 # Builds the test VM's initramfs: busybox, iproute2 (ip, tc, ss) with the
 # libraries ldd lists, the guest kernel's veth/tbf/htb/bridge modules,
-# tcp_mercury.ko, the project's static binaries, tests/vm/ and the checks
+# tcp_mercury.ko, the project's binaries (and the libraries of those not
+# static), tests/vm/ and the checks
 # shared with the native BPF suite (tests/cc/).
 #
 # usage: build-initramfs.sh OUT.cpio.gz KO BIN_DIR...
@@ -60,7 +61,13 @@ cp "$ko" "$root/lib/modules/$rel/extra/"
 depmod -b "$root" "$rel"
 
 for dir in "$@"; do
-	cp "$dir"/* "$root/mercury/bin/"
+	for prog in "$dir"/*; do
+		if ldd "$prog" >/dev/null 2>&1; then	# mercuryd: prometheus-cpp is shared only
+			copy_with_libs "$prog" "/mercury/bin/${prog##*/}"
+		else
+			cp "$prog" "$root/mercury/bin/"
+		fi
+	done
 done
 cp -r "$top/tests/vm" "$root/mercury/tests"
 cp "$top/tests/cc"/* "$root/mercury/tests/"

@@ -135,4 +135,108 @@ test_agent_many_fds() {
 	agent_stop
 }
 
-AGENT_TESTS="agent_priorities agent_restart agent_sigterm agent_config agent_many_fds"
+# Prometheus metrics (--metrics): scraped over HTTP while a trainer runs;
+# the names and types README.md lists, values that follow the job, and the
+# datapath's own counters as mercuryctl stats gives them.
+METRICS=/tmp/metrics.txt
+metric() {	# metric NAME_AND_LABELS: its value in the last scrape
+	awk -v k="$1" '$1 == k { print $2 }' $METRICS
+}
+metric_is() {	# metric_is NAME VALUE: scrapes, then compares
+	in_ns h1 sh -c "busybox wget -q -O - http://127.0.0.1:$METRICS_PORT/metrics" >$METRICS 2>/dev/null &&
+	[ "$(metric "$1")" = "$2" ]; }
+has_type() { grep -q "^# TYPE $1 $2\$" $METRICS; }
+test_agent_metrics() {
+	local missing="" sum rank line holds rc
+	topo_same_host
+	$IP netns exec h1 mercuryd --socket $AGENT_SOCK --entry-ttl-ms 1500 --check-ms 200 --metrics 127.0.0.1:0 \
+		2>/tmp/mercuryd-metrics.log &
+	AGENT_PID=$!
+	wait_for 50 grep -q 'msg="serving metrics"' /tmp/mercuryd-metrics.log
+	METRICS_PORT=$(sed -n 's/.*msg="serving metrics".* port=\([0-9]*\).*/\1/p' /tmp/mercuryd-metrics.log)
+	trainer --cc mercury --send-layers 0,3 --seconds 6
+	wait_for 30 has_entries 4
+	# One snapshot holds all of it: once it has the 4 entries, it has the job.
+	wait_for 50 metric_is 'mercury_datapath_entries{kind="flow"}' 4
+	expect metrics/jobs "mercury_jobs while the trainer runs: $(metric mercury_jobs)" [ "$(metric mercury_jobs)" = 1 ]
+	for line in mercury_jobs:gauge mercury_flows:gauge mercury_entries:gauge mercury_pushes_total:counter \
+		mercury_push_errors_total:counter mercury_push_duration_seconds:histogram \
+		mercury_datapath_connected:gauge mercury_datapath_entries:gauge mercury_datapath_holds_total:counter \
+		mercury_datapath_releases_total:counter mercury_datapath_delay_yields_total:counter \
+		mercury_datapath_loss_events_total:counter mercury_datapath_recoveries_total:counter \
+		mercury_datapath_starvation_grants_total:counter mercury_job_iteration:gauge \
+		mercury_learned_layer_seconds:summary; do
+		has_type "${line%%:*}" "${line#*:}" || missing="$missing $line"
+	done
+	expect metrics/names-and-types "missing:${missing:- none}" [ -z "$missing" ]
+	sum=""
+	for rank in 0 1 2 3 4 5 6 7; do sum="$sum$(metric "mercury_flows{rank=\"$rank\"}") "; done
+	expect metrics/flows-by-rank "connections by rank 0..7: $sum" [ "$sum" = "1 0 1 0 1 0 1 0 " ]
+	expect metrics/datapath-entries "connected $(metric mercury_datapath_connected), flow entries $(metric 'mercury_datapath_entries{kind="flow"}')" \
+		[ "$(metric mercury_datapath_connected)" = 1 -a "$(metric 'mercury_datapath_entries{kind="flow"}')" = 4 ]
+	expect metrics/pushes "pushes $(metric mercury_pushes_total), timed $(metric mercury_push_duration_seconds_count)" \
+		[ "$(metric mercury_pushes_total)" -ge 4 -a "$(metric mercury_pushes_total)" = "$(metric mercury_push_duration_seconds_count)" ]
+	line=$(grep '^mercury_learned_layer_seconds_count{.*pass="forward"' $METRICS)
+	expect metrics/learned "forward layers timed: $line" sh -c "echo '$line' | grep -q 'job=\"test\".* 4\$'"
+	wait "$TRAINER_PID"
+	# Once the flows are gone the datapath's counters stand still: the
+	# metric is what mercuryctl stats says.
+	holds=$(stat_of h1 holds)
+	wait_for 50 metric_is mercury_datapath_holds_total "$holds"
+	expect metrics/datapath-holds "holds: mercuryctl stats $holds, metric $(metric mercury_datapath_holds_total)" \
+		[ "$(metric mercury_datapath_holds_total)" = "$holds" ]
+	expect metrics/holds-counted "holds $(metric mercury_datapath_holds_total) while rank 0 ran beside rank 6" \
+		[ "$(metric mercury_datapath_holds_total)" -ge 1 ]
+	$IP netns exec h1 mercuryd --socket /run/mercury-test2.sock --metrics "127.0.0.1:$METRICS_PORT" >/tmp/metrics-busy.out 2>&1
+	rc=$?
+	expect metrics/port-taken "second agent on the same port: exit $rc, $(grep -o 'reason=.*' /tmp/metrics-busy.out)" \
+		sh -c "[ $rc = 1 ] && grep -q 'cannot serve metrics on 127.0.0.1:$METRICS_PORT' /tmp/metrics-busy.out"
+	rm -f /run/mercury-test2.sock
+	mercuryd --metrics 127.0.0.1:99999 >/tmp/metrics-bad.out 2>&1
+	rc=$?
+	expect metrics/bad-address "port 99999: exit $rc ($(head -1 /tmp/metrics-bad.out))" \
+		sh -c "[ $rc = 2 ] && grep -q 'metrics port' /tmp/metrics-bad.out"
+	agent_stop
+}
+
+# mercuryctl flows: every mercury socket of the netns, from sock_diag (the
+# module's get_info, or the BPF program's socket storage), joined with the
+# agent's registrations. Columns: local remote job layer rank weight tag
+# held holds cwnd srtt_us bytes_acked.
+FLOWS=/tmp/flows.txt
+job_rows() { awk '$3 == "test"' $FLOWS; }
+flows_now() { ctl h1 flows --socket $AGENT_SOCK >$FLOWS 2>&1; }
+layer_held() {	# layer_held LAYER: flows shows it held at least once
+	flows_now && [ "$(job_rows | awk -v l="$1" '$4 == l { print $9 }')" -ge 1 ]
+}
+test_agent_flows() {
+	local ranks unsent
+	topo_same_host
+	agent_start
+	trainer --cc mercury --send-layers 0,3 --seconds 8
+	wait_for 30 has_entries 4
+	flows_now
+	expect flows/listed "sockets the agent knows as job test: $(job_rows | wc -l)" [ "$(job_rows | wc -l)" = 4 ]
+	# Layers 1 and 2 send nothing: their sockets have not looked up a rank
+	# yet ("-"); the sending ones run at theirs.
+	ranks=$(job_rows | awk '{ print $4 ":" $5 }' | sort -n | tr '\n' ' ')
+	expect flows/layers-and-ranks "layer:rank $ranks" \
+		sh -c "echo '$ranks' | grep -Eq '^0:0 1:[-2] 2:[-4] 3:6 \$'"
+	expect flows/tcp-info "cwnd of every one > 0: $(job_rows | awk '{ printf "%s ", $10 }')" \
+		[ -z "$(job_rows | awk '$10 < 1')" ]
+	# Layer 3 (rank 6) sends beside layer 0 (rank 0): held, and counted.
+	wait_for 50 layer_held 3
+	expect flows/held-counted "layer 3's holds: $(job_rows | awk '$4 == 3 { print $9 }')" layer_held 3
+	unsent=$(job_rows | awk '($4 == 0 || $4 == 3) && $12 < 1')
+	expect flows/bytes-acked "layers 0 and 3 have bytes acked${unsent:+: not $unsent}" [ -z "$unsent" ]
+	ctl h1 --json flows --socket $AGENT_SOCK >/tmp/flows.json 2>&1
+	expect flows/json "4 objects of job test: $(grep -o '"job":"test"' /tmp/flows.json | wc -l)" \
+		sh -c '[ "$(grep -o "\"job\":\"test\"" /tmp/flows.json | wc -l)" = 4 ] && grep -q "\"layer\":3," /tmp/flows.json'
+	ctl h1 top --count 2 --interval-ms 100 --socket $AGENT_SOCK >/tmp/top.txt 2>&1
+	expect flows/top "two refreshes: $(grep -c 'local .*remote' /tmp/top.txt) headers" \
+		[ "$(grep -c 'local .*remote' /tmp/top.txt)" = 2 ]
+	wait "$TRAINER_PID"
+	agent_stop
+}
+
+AGENT_TESTS="agent_priorities agent_restart agent_sigterm agent_config agent_many_fds agent_metrics agent_flows"

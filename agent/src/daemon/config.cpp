@@ -38,6 +38,8 @@ Options (each may also be a `key = value` line in the config file; flags win):
   --entry-ttl-ms N     lifetime of kernel entries, refreshed at 1/3 (default 10000)
   --check-ms N         how often to check on the datapath (default 1000)
   --log-level LEVEL    debug, info, warn or error (default info)
+  --metrics ADDR:PORT  serve Prometheus metrics at http://ADDR:PORT/metrics,
+                       e.g. 127.0.0.1:9469 (default: off)
   --help               this text
   --version            print the version and exit
 )";
@@ -48,6 +50,18 @@ bool to_unsigned(const std::string& text, unsigned& out, int base = 10)
 {
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out, base);
     return ec == std::errc{} && end == text.data() + text.size();
+}
+
+// A --metrics value: "ADDR:PORT" ("[::1]:P" for IPv6), port 0..65535.
+std::string check_metrics_address(const std::string& address)
+{
+    const auto colon = address.rfind(':');
+    unsigned port = 0;
+    if (colon == std::string::npos || colon == 0)
+        return "metrics must be ADDR:PORT, such as 127.0.0.1:9469";
+    if (!to_unsigned(address.substr(colon + 1), port) || port > 65535)
+        return "metrics port must be 0..65535 (in ADDR:PORT)";
+    return "";
 }
 
 // Applies one setting; returns an error message or "".
@@ -89,6 +103,10 @@ std::string apply(Config& c, const std::string& key, const std::string& value)
         if (!to_unsigned(value, n) || n < 50 || n > 60000)
             return "check_ms must be 50..60000";
         c.kernel.check_ms = n;
+    } else if (key == "metrics") {
+        if (auto err = check_metrics_address(value); !err.empty())
+            return err;
+        c.metrics = value;
     } else if (key == "log_level") {
         if (!parse_log_level(value, c.log_level))
             return "log_level must be debug, info, warn or error";
@@ -201,9 +219,11 @@ std::string reload_config(Config& current, const std::vector<std::string>& args)
     bool help = false;
     if (auto err = build(args, fresh, help); !err.empty())
         return err;
-    // The socket and the datapath stay as they are until a restart.
+    // The socket, the datapath and the metrics address stay as they are
+    // until a restart.
     fresh.socket = current.socket;
     fresh.datapath = current.datapath;
+    fresh.metrics = current.metrics;
     current = fresh;
     return "";
 }

@@ -20,6 +20,7 @@ struct Config {
     SocketOptions socket;
     KernelSyncOptions kernel;
     unsigned max_flows_per_client = 16384;   // registered connections per trainer
+    std::string metrics;                     // ADDR:PORT of /metrics; empty: off
     LogLevel log_level = LogLevel::kInfo;
 };
 

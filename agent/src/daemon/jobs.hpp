@@ -60,6 +60,7 @@ public:
     std::string status_json() const;
     std::string status_text() const;
     size_t jobs() const { return jobs_.size(); }
+    const std::map<uint32_t, Job>& all() const { return jobs_; }  // by session
 
 private:
     Job* find(uint32_t session);

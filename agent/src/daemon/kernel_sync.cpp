@@ -75,16 +75,26 @@ bool KernelSync::connect()
 
 void KernelSync::disconnect(const Status& why)
 {
+    datapath_stats_.clear();
     log_.warn("lost the datapath; will reconnect and push everything", {{"reason", why.describe()}});
     nl_.reset();
     pushed_.clear();
     dirty_.clear();  // the next connect() pushes everything
 }
 
+Status KernelSync::timed(const std::function<Status()>& call)
+{
+    const auto start = Clock::now();
+    const Status s = call();
+    ++stats_.pushes;
+    if (observe_push_)
+        observe_push_(Clock::now() - start, s.error);
+    return s;
+}
+
 bool KernelSync::push(const FlowKey& key, const EntryValue& value)
 {
-    const Status s = nl_->set_flow(key, Priority{value.rank, value.weight, options_.ttl_ms});
-    ++stats_.pushes;
+    const Status s = timed([&] { return nl_->set_flow(key, Priority{value.rank, value.weight, options_.ttl_ms}); });
     if (!s) {
         ++stats_.errors;
         // The family went away (module unloaded or reloaded): start over.
@@ -120,8 +130,7 @@ void KernelSync::flush()
         const auto p = pushed_.find(key);
         if (desired_.count(key) || p == pushed_.end())
             continue;
-        const Status s = nl_->del_flow(key);
-        ++stats_.pushes;
+        const Status s = timed([&] { return nl_->del_flow(key); });
         if (!s && s.error != -ENOENT) {
             ++stats_.errors;
             disconnect(s);
@@ -161,6 +170,8 @@ void KernelSync::check()
         // Fewer entries in the kernel than we pushed: reloaded or flushed.
         Stats kstats;
         const Status s = nl_->get_stats(kstats);
+        if (s)
+            datapath_stats_ = kstats;
         if (!s) {
             disconnect(s);
             connect();

@@ -7,6 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
@@ -51,6 +52,13 @@ public:
     void flush();                                    // push pending changes now
     void set_options(KernelSyncOptions options) { options_ = options; }
     KernelSyncStats stats() const;
+    // The datapath's own counters for this netns, as of the last check
+    // (empty while there is no datapath).
+    const Stats& datapath_stats() const { return datapath_stats_; }
+    // Called after every entry set or delete sent to the datapath: how long
+    // it took, and its error (0: done).
+    using PushObserver = std::function<void(std::chrono::nanoseconds took, int error)>;
+    void set_push_observer(PushObserver observer) { observe_push_ = std::move(observer); }
 
 private:
     using Clock = std::chrono::steady_clock;
@@ -60,6 +68,7 @@ private:
     bool connect();
     void disconnect(const Status& why);
     bool push(const FlowKey& key, const EntryValue& value);
+    Status timed(const std::function<Status()>& call);  // counts and observes one push
     void push_all();
 
     boost::asio::steady_timer timer_;
@@ -72,6 +81,8 @@ private:
     std::set<FlowKey, FlowKeyLess> dirty_;                // changed since the last flush()
     Clock::time_point last_refresh_{};
     KernelSyncStats stats_;
+    Stats datapath_stats_;
+    PushObserver observe_push_;
     bool warned_absent_ = false;
     bool stopped_ = false;
 };

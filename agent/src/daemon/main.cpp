@@ -3,7 +3,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <csignal>
+#include <chrono>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "daemon/jobs.hpp"
 #include "daemon/kernel_sync.hpp"
 #include "daemon/log.hpp"
+#include "daemon/metrics.hpp"
 #include "daemon/trainer_server.hpp"
 
 namespace {
@@ -68,6 +71,17 @@ int main(int argc, char** argv)
         return 1;
     }
     kernel.start();
+    std::unique_ptr<mercury::Metrics> metrics;
+    if (!config.metrics.empty()) {
+        try {
+            metrics = std::make_unique<mercury::Metrics>(io, config.metrics, jobs, kernel,
+                                                         std::chrono::milliseconds(config.kernel.check_ms));
+        } catch (const std::exception& e) {
+            log.error("cannot start", {{"reason", e.what()}});
+            return 1;
+        }
+        log.info("serving metrics", {{"address", config.metrics}, {"port", std::to_string(metrics->port())}});
+    }
 
     boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
     watch_signals(signals, config, args, log, kernel, server);

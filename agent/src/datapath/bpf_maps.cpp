@@ -19,6 +19,8 @@
 #include <string>
 #include <utility>
 
+#include "datapath/sock_diag.hpp"
+
 namespace mercury {
 
 namespace {
@@ -548,6 +550,35 @@ void BpfMaps::reclaim_unused_netns()
         bpf_map_delete_elem(state_.get(), &netns);
     }
     unused_sweeps_ = std::move(still_unused);
+}
+
+// The program keeps each socket's rank and hold in socket storage
+// (mercury_socks); sock_diag hands it out with the socket.
+Status BpfMaps::list_sockets(std::vector<SocketView>& out)
+{
+    const UniqueFd socks(bpf_obj_get(pin_path(MERCURY_BPF_MAP_SOCKS).c_str()));
+    if (!socks)
+        return errno_status("cannot open the BPF socket storage " MERCURY_BPF_MAP_SOCKS);
+    std::vector<DiagSocket> sockets;
+    if (Status s = diag_tcp_sockets(sockets, socks.get()); !s)
+        return s;
+    for (const auto& d : sockets) {
+        if (d.cc != MERCURY_CA_NAME)
+            continue;
+        SocketView v{d.local, d.remote, d.cookie, std::nullopt, 0, 0, false, 0, d.cwnd, d.srtt_us, d.bytes_acked};
+        if (d.storage.size() >= sizeof(mercury_bpf_sock_state)) {
+            mercury_bpf_sock_state st{};
+            std::memcpy(&st, d.storage.data(), sizeof(st));
+            if (st.rank != MERCURY_RANK_NONE)
+                v.rank = st.rank;
+            v.weight = st.weight;
+            v.tag = st.tag;
+            v.held = st.held != 0;
+            v.holds = st.holds;
+        }
+        out.push_back(v);
+    }
+    return {};
 }
 
 std::optional<mercury_bpf_sock_state> BpfMaps::socket_state(int fd)

@@ -50,6 +50,7 @@ public:
     Status get_params(Params& out) override;
     Status set_params(const Params& params) override;
     Status get_stats(Stats& out) override;
+    Status list_sockets(std::vector<SocketView>& out) override;
 
     // Deletes the entries of every netns that expired, frees the config slots
     // and the state of namespaces that no longer use them; returns how many

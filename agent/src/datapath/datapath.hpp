@@ -78,6 +78,22 @@ Status validate_tag(uint32_t tag);
 
 using Stats = std::map<std::string, uint64_t>;
 
+// One mercury socket of the caller's netns: what the datapath made of it
+// (rank, weight, hold) and what TCP reports (sock_diag).
+struct SocketView {
+    Endpoint local;
+    Endpoint remote;
+    uint64_t cookie = 0;
+    std::optional<uint8_t> rank;   // nullopt: unranked
+    uint16_t weight = 0;
+    uint32_t tag = 0;              // its SO_PRIORITY
+    bool held = false;
+    uint32_t holds = 0;            // times it was held
+    uint32_t cwnd = 0;
+    uint32_t srtt_us = 0;
+    uint64_t bytes_acked = 0;
+};
+
 class Datapath {
 public:
     virtual ~Datapath() = default;
@@ -93,6 +109,8 @@ public:
     virtual Status get_params(Params& out) = 0;
     virtual Status set_params(const Params& params) = 0;
     virtual Status get_stats(Stats& out) = 0;
+    // Every socket of the caller's netns running mercury.
+    virtual Status list_sockets(std::vector<SocketView>& out) = 0;
 };
 
 enum class DatapathKind { kAuto, kKmod, kBpf };

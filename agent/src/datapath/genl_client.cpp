@@ -14,6 +14,7 @@
 #include <cstring>
 #include <utility>
 
+#include "datapath/sock_diag.hpp"
 #include "mercury/uapi.h"
 
 namespace mercury {
@@ -298,6 +299,31 @@ Status GenlClient::transact(MsgPtr msg, ReplyHandler on_reply, void* arg)
             return from_libnl(err, "cannot read the kernel's answer");
     }
     return tx.status;
+}
+
+// The module reports each socket's rank, weight, tag and holds through
+// get_info, in the DCTCP layout (include/mercury/uapi.h).
+Status GenlClient::list_sockets(std::vector<SocketView>& out)
+{
+    std::vector<DiagSocket> sockets;
+    if (Status s = diag_tcp_sockets(sockets); !s)
+        return s;
+    for (const auto& d : sockets) {
+        if (d.cc != MERCURY_CA_NAME)
+            continue;
+        SocketView v{d.local, d.remote, d.cookie, std::nullopt, 0, 0, false, 0, d.cwnd, d.srtt_us, d.bytes_acked};
+        if (d.cc_info) {
+            const uint16_t rank = d.cc_info->dctcp_ce_state & ~MERCURY_INFO_HELD;
+            if (rank != MERCURY_RANK_NONE)
+                v.rank = static_cast<uint8_t>(rank);
+            v.held = d.cc_info->dctcp_ce_state & MERCURY_INFO_HELD;
+            v.weight = static_cast<uint16_t>(d.cc_info->dctcp_alpha);
+            v.tag = d.cc_info->dctcp_ab_ecn;
+            v.holds = d.cc_info->dctcp_ab_tot;
+        }
+        out.push_back(v);
+    }
+    return {};
 }
 
 Status GenlClient::set_tag(uint32_t tag, const Priority& prio)

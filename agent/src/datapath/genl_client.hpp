@@ -32,6 +32,7 @@ public:
     Status get_params(Params& out) override;
     Status set_params(const Params& params) override;
     Status get_stats(Stats& out) override;
+    Status list_sockets(std::vector<SocketView>& out) override;
 
     // Sends @cmd with @attrs copied verbatim as the attribute payload and the
     // given genl version. For negative tests of the kernel's validation.

@@ -19,6 +19,7 @@ rel=$("$top/scripts/guest-kernel.sh")
 profiles=$top/tests/experiment/profiles
 guest=$("$top/scripts/fetch-guest-kernel.sh")
 root=$(mktemp -d)
+chmod 0755 "$root"	# the guest's /: unprivileged test processes must reach /lib
 trap 'rm -rf "$root"' EXIT
 
 mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,run,tmp,etc,var} \
@@ -41,6 +42,7 @@ copy_with_libs() {	# copy a dynamic binary and what it loads
 for tool in ip tc ss; do
 	copy_with_libs "$(command -v $tool)" "/usr/sbin/$tool"
 done
+copy_with_libs "$(command -v setpriv)" /usr/bin/setpriv	# the units' capabilities, as systemd grants them
 
 # Guest modules in dependency order; insmod'ed by /init. tcp_diag: ss -ti;
 # sch_ingress (clsact) and cls_bpf: mercury-probe's deterministic drops.
@@ -70,6 +72,8 @@ for dir in "$@"; do
 	done
 done
 cp -r "$top/tests/vm" "$root/mercury/tests"
+cp -r "$top/agent/systemd" "$root/mercury/systemd"
+cp -r "$top/agent/boot" "$root/mercury/boot"
 cp "$top/tests/cc"/* "$root/mercury/tests/"
 mkdir -p "$root/mercury/scripts" "$root/mercury/profiles"
 cp "$top/scripts/cluster.sh" "$top/scripts/train.sh" "$root/mercury/scripts/"

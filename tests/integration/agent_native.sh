@@ -160,5 +160,52 @@ wait $agent
 check sigterm-clean-exit [ $? -eq 0 ]
 check socket-removed [ ! -e "$sock" ]
 check unavailable-status-exit-3 sh -c "'$bin/mercuryctl' status --socket '$sock' 2>/dev/null; [ \$? -eq 3 ]"
+
+# systemd: the socket mercuryd.socket would pass (systemd-socket-activate sets
+# LISTEN_FDS as systemd does), and Type=notify: readiness, watchdog pings from
+# the io loop, reload and stop, read from a NOTIFY_SOCKET of our own.
+/usr/bin/python3 -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.bind(sys.argv[1])
+print("listening", flush=True)
+while True: print(s.recv(4096).decode().replace("\n", " "), flush=True)' "$dir/notify.sock" >"$dir/notify.log" &
+listener=$!
+for _ in $(seq 100); do grep -q listening "$dir/notify.log" && break; sleep 0.05; done
+systemd-socket-activate -l "$dir/activated.sock" -E NOTIFY_SOCKET="$dir/notify.sock" -E WATCHDOG_USEC=200000 \
+	"$bin/mercuryd" --datapath kmod 2>"$dir/activated.log" &
+activated=$!
+for _ in $(seq 100); do [ -S "$dir/activated.sock" ] && break; sleep 0.05; done
+notified() { grep -c "$1" "$dir/notify.log"; }
+wait_notified() {	# wait_notified PATTERN COUNT
+	for _ in $(seq 200); do [ "$(notified "$1")" -ge "$2" ] && return 0; sleep 0.05; done
+	return 1
+}
+# Like systemd, it starts mercuryd on the first connection.
+check socket-activation sh -c "'$bin/mercuryctl' status --socket '$dir/activated.sock' >/dev/null &&
+	grep -q 'listening for trainers.*from=systemd' '$dir/activated.log'" || cat "$dir/activated.log"
+check notify-ready wait_notified 'READY=1' 1
+check notify-watchdog wait_notified 'WATCHDOG=1' 3 || echo "  $(notified WATCHDOG=1) pings"
+kill -HUP $activated
+check notify-reload sh -c "for i in \$(seq 200); do
+	awk '/RELOADING=1/ { r = 1 } r && /READY=1/ { ok = 1 } END { exit !ok }' '$dir/notify.log' && exit 0; sleep 0.05; done; exit 1"
+kill -TERM $activated
+wait $activated
+check notify-stopping wait_notified 'STOPPING=1' 1
+check activation-keeps-socket [ -S "$dir/activated.sock" ]	# systemd's, not ours to remove
+kill $listener
+
+# make install never overwrites the admin's config.
+DESTDIR="$dir/inst" cmake --install "$bin/.." >/dev/null 2>&1
+echo "log_level = debug  # the admin's" >"$dir/inst/etc/mercury/mercuryd.conf"
+DESTDIR="$dir/inst" cmake --install "$bin/.." >/dev/null 2>&1
+check install-keeps-config grep -q "the admin's" "$dir/inst/etc/mercury/mercuryd.conf"
+check install-units sh -c "ls '$dir/inst/etc/systemd/system/' | tr '\n' ' ' | grep -q 'mercuryd-bpf.service mercuryd.service mercuryd.socket'"
+
+# The shipped units: hardened to an exposure of at most 3.0 by systemd's own measure.
+for unit in "$(dirname "$0")"/../../agent/systemd/*.service; do
+	score=$(systemd-analyze security --offline=true "$(realpath "$unit")" 2>/dev/null |
+		sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+	check "unit-security-${unit##*/}" awk -v s="${score:-99}" 'BEGIN { exit !(s <= 3.0) }' ||
+		echo "  systemd-analyze security ${unit##*/}: ${score:-no score}"
+done
 [ $failed -eq 0 ] || cat "$dir/agent.log"
 exit $failed

@@ -265,6 +265,38 @@ test_crash_recovery() {
 	start_loader
 }
 
+# mercuryd-bpf.service's capabilities, for real: a loader bounded to the
+# unit's CapabilityBoundingSet (uid 0, as the unit runs it) mounts its bpffs,
+# loads, registers and takes entries; without CAP_SYS_ADMIN it cannot mount.
+unit_cap_list() {	# the unit's bounding set as setpriv's list: +bpf,+perfmon,...
+	sed -n 's/^CapabilityBoundingSet=//p' "$top/agent/systemd/mercuryd-bpf.service" | tr 'A-Z ' 'a-z,' | sed 's/cap_/+/g'
+}
+start_bounded_loader() {	# start_bounded_loader CAPS
+	umount -l /run/mercury/bpf 2>/dev/null	# so that it must mount its own
+	/usr/bin/setpriv --inh-caps=-all,$1 --ambient-caps=-all,$1 --bounding-set=-all,$1 \
+		mercuryd --datapath=bpf --socket /run/mercury-bpf-test.sock --check-ms 200 >"$LOADER_LOG" 2>&1 &
+	LOADER_PID=$!
+}
+test_unit_caps() {
+	local caps fewer
+	caps=$(unit_cap_list)
+	fewer=$(echo "$caps" | sed 's/,*+sys_admin//')
+	stop_loader TERM
+	start_bounded_loader "$caps"
+	wait_for 100 registered
+	expect unit/bpf-caps-suffice "a loader bounded to $caps registers mercury: $(grep -o 'msg="[^"]*"' "$LOADER_LOG" | tail -1)" registered
+	$IP netns add caps
+	expect unit/bpf-caps-entries "and serves the table" ctl caps tag set 21 1
+	stop_loader TERM
+	start_bounded_loader "$fewer"
+	wait_for 100 grep -q 'cannot mount' "$LOADER_LOG"
+	expect unit/bpf-caps-needed "with $fewer only: $(grep -o 'cannot mount[^"]*' "$LOADER_LOG" | head -1)" \
+		sh -c "grep -q 'cannot mount' '$LOADER_LOG' && ! grep -qw mercury /proc/sys/net/ipv4/tcp_available_congestion_control"
+	stop_loader TERM
+	umount -l /run/mercury/bpf 2>/dev/null
+	start_loader
+}
+
 dmesg >"$KLOG_MARK" 2>/dev/null
 ip netns list | grep -q . && topo_clear
 if registered; then
@@ -282,6 +314,7 @@ for t in $BEHAVIOUR_TESTS $AGENT_TESTS replay_modes; do
 done
 run_test unregister
 run_test crash_recovery
+run_test unit_caps
 run_test restart_keeps_state
 run_test netns_reclaimed
 run_test scale

@@ -223,9 +223,63 @@ test_agent_module_reload() {
 	agent_stop
 }
 
+# The opt-in boot files, as systemd-modules-load and systemd-sysctl apply
+# them at boot: the module loads, mercury stays in the allowed list, and the
+# optional default takes.
+test_boot_files() {
+	local m
+	for m in $(grep -v '^#' /mercury/boot/mercury-modules-load.conf); do modprobe "$m"; done
+	expect boot/modules-load "modules-load.d file loads tcp_mercury" [ -d /sys/module/tcp_mercury ]
+	sysctl -p /mercury/boot/mercury-sysctl.conf >/dev/null
+	expect boot/sysctl-allowed "allowed: $(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control)" \
+		grep -qw mercury /proc/sys/net/ipv4/tcp_allowed_congestion_control
+	sed 's/^# net.ipv4.tcp_congestion_control/net.ipv4.tcp_congestion_control/' /mercury/boot/mercury-sysctl.conf \
+		>/tmp/sysctl-default.conf
+	sysctl -p /tmp/sysctl-default.conf >/dev/null
+	expect boot/sysctl-default "default: $(cat /proc/sys/net/ipv4/tcp_congestion_control)" \
+		[ "$(cat /proc/sys/net/ipv4/tcp_congestion_control)" = mercury ]
+	echo cubic >/proc/sys/net/ipv4/tcp_congestion_control
+}
+
+# mercuryd.service's capabilities, for real: the agent as uid 65534 (the
+# unit's DynamicUser) with only its AmbientCapabilities pushes a trainer's
+# entries into the module; with none, the module refuses them.
+unit_cap_list() {	# the unit's AmbientCapabilities as setpriv's list: +net_admin,...
+	sed -n 's/^AmbientCapabilities=//p' /mercury/systemd/mercuryd.service | tr 'A-Z ' 'a-z,' | sed 's/cap_/+/g'
+}
+agent_as_nobody() {	# agent_as_nobody CAPS: mercuryd in h1 as uid 65534 with CAPS only
+	$IP netns exec h1 /usr/bin/setpriv --reuid 65534 --regid 65534 --clear-groups --inh-caps=-all$1 \
+		--ambient-caps=-all$1 --bounding-set=-all$1 \
+		mercuryd --datapath kmod --socket /tmp/mercury-caps.sock --check-ms 200 2>/tmp/mercury-caps.log &
+	AGENT_PID=$!
+	wait_for 50 test -S /tmp/mercury-caps.sock
+}
+test_unit_caps() {
+	local caps
+	caps=$(unit_cap_list)
+	topo_same_host
+	agent_as_nobody ",$caps"
+	MERCURY_SOCKET=/tmp/mercury-caps.sock $IP netns exec h1 mercury-trainer run --job caps --connect "$SERVER" \
+		--forward-us 1000,1000,1000,1000 --seconds 3 >/tmp/trainer.out 2>&1 &
+	TRAINER_PID=$!
+	wait_for 50 has_entries 4
+	expect unit/caps-suffice "uid 65534 with $caps: $(flow_entries) entries pushed; $(tail -1 /tmp/mercury-caps.log)" \
+		has_entries 4
+	wait "$TRAINER_PID"
+	agent_stop
+	rm -f /tmp/mercury-caps.sock
+	agent_as_nobody ""
+	MERCURY_SOCKET=/tmp/mercury-caps.sock $IP netns exec h1 mercury-trainer run --job caps --connect "$SERVER" \
+		--forward-us 1000,1000,1000,1000 --seconds 2 >/tmp/trainer.out 2>&1
+	expect unit/caps-needed "without them: $(flow_entries) entries, $(grep -c 'Operation not permitted' /tmp/mercury-caps.log) EPERM in the log" \
+		sh -c "[ $(flow_entries) = 0 ] && grep -q 'Operation not permitted' /tmp/mercury-caps.log"
+	agent_stop
+	rm -f /tmp/mercury-caps.sock
+}
+
 dmesg -c >/dev/null
 for t in module_params autoload $BEHAVIOUR_TESTS ss_info netlink_bad_input netlink_random_fuzz netns_delete global_cap \
-	scale memcg $AGENT_TESTS agent_module_reload replay_modes unload; do
+	scale memcg $AGENT_TESTS unit_caps agent_module_reload replay_modes unload boot_files; do
 	run_test $t
 done
 kernel_clean final && pass vm/kernel-log "no WARNING/BUG/Oops/leak in dmesg"

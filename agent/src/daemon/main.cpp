@@ -15,17 +15,20 @@
 #include "daemon/kernel_sync.hpp"
 #include "daemon/log.hpp"
 #include "daemon/metrics.hpp"
+#include "daemon/systemd.hpp"
 #include "daemon/trainer_server.hpp"
 
 namespace {
 
 void watch_signals(boost::asio::signal_set& signals, mercury::Config& config, const std::vector<std::string>& args,
-                   mercury::Logger& log, mercury::KernelSync& kernel, mercury::TrainerServer& server)
+                   mercury::Logger& log, mercury::KernelSync& kernel, mercury::TrainerServer& server,
+                   mercury::SystemdNotifier& systemd)
 {
     signals.async_wait([&](const boost::system::error_code& ec, int signo) {
         if (ec)
             return;
         if (signo == SIGHUP) {
+            systemd.reloading();
             if (const auto err = mercury::reload_config(config, args); !err.empty()) {
                 log.error("config reload failed; keeping the old one", {{"reason", err}});
             } else {
@@ -33,7 +36,8 @@ void watch_signals(boost::asio::signal_set& signals, mercury::Config& config, co
                 kernel.set_options(config.kernel);
                 log.info("config reloaded");
             }
-            watch_signals(signals, config, args, log, kernel, server);
+            systemd.ready("serving trainers");
+            watch_signals(signals, config, args, log, kernel, server, systemd);
             return;
         }
         // Entries stay in the kernel and expire on their own; a restarted
@@ -41,6 +45,7 @@ void watch_signals(boost::asio::signal_set& signals, mercury::Config& config, co
         // let go before the sessions close, which would withdraw them.
         log.info("stopping; kernel entries expire on their own", {{"signal", std::to_string(signo)},
                                                                   {"entry_ttl_ms", std::to_string(config.kernel.ttl_ms)}});
+        systemd.stopping();
         kernel.stop();
         server.stop();
     });
@@ -64,8 +69,12 @@ int main(int argc, char** argv)
     mercury::JobRegistry jobs(kernel);
     jobs.set_max_flows_per_session(config.max_flows_per_client);
     mercury::TrainerServer server(io, log, jobs);
+    mercury::SystemdNotifier systemd(io);
     try {
-        server.listen(config.socket);
+        if (const auto fd = mercury::activated_socket())
+            server.adopt(*fd, config.socket);
+        else
+            server.listen(config.socket);
     } catch (const std::exception& e) {
         log.error("cannot start", {{"reason", e.what()}});
         return 1;
@@ -84,9 +93,10 @@ int main(int argc, char** argv)
     }
 
     boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
-    watch_signals(signals, config, args, log, kernel, server);
+    watch_signals(signals, config, args, log, kernel, server, systemd);
     std::signal(SIGPIPE, SIG_IGN);
     log.info("mercuryd started", {{"protocol", "1"}, {"datapath", std::string(mercury::to_string(config.datapath))}});
+    systemd.ready("serving trainers");
     io.run();
     datapath.release();
     return 0;

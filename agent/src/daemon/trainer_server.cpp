@@ -90,6 +90,19 @@ void TrainerServer::listen(const SocketOptions& options)
     accept();
 }
 
+void TrainerServer::adopt(int fd, const SocketOptions& options)
+{
+    boost::system::error_code ec;
+    acceptor_.assign(stream(), fd, ec);
+    if (ec)
+        throw std::runtime_error("cannot use the socket systemd passed: " + ec.message());
+    max_clients_ = options.max_clients;
+    frame_timeout_ = std::chrono::milliseconds(options.frame_timeout_ms);
+    const auto local = acceptor_.local_endpoint(ec);
+    log_.info("listening for trainers", {{"socket", ec ? std::string("?") : local.path()}, {"from", "systemd"}});
+    accept();
+}
+
 void TrainerServer::stop()
 {
     boost::system::error_code ec;

@@ -38,6 +38,9 @@ public:
     TrainerServer(boost::asio::io_context& io, const Logger& log, JobRegistry& jobs);
     // Throws std::runtime_error with a clear reason if the socket cannot be set up.
     void listen(const SocketOptions& options);
+    // Serves on @fd, a listening socket systemd set up (mercuryd.socket owns
+    // its path, mode and group); the limits of @options apply.
+    void adopt(int fd, const SocketOptions& options);
     void stop();
     size_t sessions() const { return sessions_.size(); }
 

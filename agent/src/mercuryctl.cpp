@@ -22,6 +22,7 @@
 #include "mercury/uapi.h"
 #include "printable.hpp"
 #include "protocol/wire.hpp"
+#include "unique_fd.hpp"
 
 namespace {
 
@@ -144,31 +145,6 @@ std::string rank_text(uint8_t rank)
     return rank == MERCURY_RANK_NONE ? "none" : std::to_string(rank);
 }
 
-// Minimal JSON object printer: keys and values are plain identifiers/numbers.
-class JsonObject {
-public:
-    explicit JsonObject(std::string& out) : out_(out) { out_ += "{"; }
-    ~JsonObject() { out_ += "}"; }
-    JsonObject(const JsonObject&) = delete;
-    JsonObject& operator=(const JsonObject&) = delete;
-
-    void number(const std::string& key, uint64_t value) { field(key) += std::to_string(value); }
-    void string(const std::string& key, const std::string& value) { field(key) += "\"" + value + "\""; }
-    std::string& raw(const std::string& key) { return field(key); }
-
-private:
-    std::string& field(const std::string& key)
-    {
-        if (!first_)
-            out_ += ",";
-        first_ = false;
-        out_ += "\"" + key + "\":";
-        return out_;
-    }
-    std::string& out_;
-    bool first_ = true;
-};
-
 int report(const Status& status, const char* what)
 {
     if (status)
@@ -187,35 +163,13 @@ int cmd_dump(Datapath& nl, bool json)
         return rc;
 
     if (json) {
-        std::string out;
-        {
-            JsonObject root(out);
-            std::string& t = root.raw("tags");
-            t += "[";
-            for (size_t i = 0; i < tags.size(); ++i) {
-                if (i)
-                    t += ",";
-                JsonObject o(t);
-                o.number("tag", tags[i].tag);
-                o.number("rank", tags[i].rank);
-                o.number("weight", tags[i].weight);
-                o.number("expires_ms", tags[i].expires_ms);
-            }
-            t += "]";
-            std::string& f = root.raw("flows");
-            f += "[";
-            for (size_t i = 0; i < flows.size(); ++i) {
-                if (i)
-                    f += ",";
-                JsonObject o(f);
-                o.string("flow", flows[i].key.to_string());
-                o.number("rank", flows[i].rank);
-                o.number("weight", flows[i].weight);
-                o.number("expires_ms", flows[i].expires_ms);
-            }
-            f += "]";
-        }
-        std::cout << out << "\n";
+        auto out = nlohmann::json{{"tags", nlohmann::json::array()}, {"flows", nlohmann::json::array()}};
+        for (const auto& e : tags)
+            out["tags"].push_back({{"tag", e.tag}, {"rank", e.rank}, {"weight", e.weight}, {"expires_ms", e.expires_ms}});
+        for (const auto& e : flows)
+            out["flows"].push_back({{"flow", e.key.to_string()}, {"rank", e.rank}, {"weight", e.weight},
+                                    {"expires_ms", e.expires_ms}});
+        std::cout << out.dump() << "\n";
         return kExitOk;
     }
     for (const auto& e : tags)
@@ -230,13 +184,7 @@ int cmd_dump(Datapath& nl, bool json)
 void print_map(const std::map<std::string, uint64_t>& values, bool json)
 {
     if (json) {
-        std::string out;
-        {
-            JsonObject o(out);
-            for (const auto& [k, v] : values)
-                o.number(k, v);
-        }
-        std::cout << out << "\n";
+        std::cout << nlohmann::json(values).dump() << "\n";
         return;
     }
     for (const auto& [k, v] : values)
@@ -279,15 +227,14 @@ std::string agent_socket_path(Args& args)
 // printed unless @quiet.
 int fetch_status(const std::string& path, bool json, std::string& document, bool quiet = false)
 {
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const mercury::UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const int fd = sock.get();
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (!sock || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
         if (!quiet)
             std::cerr << "mercuryctl: cannot reach mercuryd at " << path << ": " << std::strerror(errno) << "\n";
-        if (fd >= 0)
-            ::close(fd);
         return kExitNoModule;
     }
     const timeval timeout{5, 0};
@@ -312,7 +259,6 @@ int fetch_status(const std::string& path, bool json, std::string& document, bool
                     if (!quiet)
                         std::cerr << "mercuryctl: mercuryd refused: " << error->message << " ("
                                   << std::strerror(static_cast<int>(error->code)) << ")\n";
-                    ::close(fd);
                     return kExitRefused;
                 }
                 break;
@@ -325,7 +271,6 @@ int fetch_status(const std::string& path, bool json, std::string& document, bool
             buf.insert(buf.end(), chunk, chunk + n);
         }
     }
-    ::close(fd);
     if (rc != kExitOk && !quiet)
         std::cerr << "mercuryctl: no status reply from mercuryd at " << path << "\n";
     return rc;

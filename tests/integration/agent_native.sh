@@ -143,6 +143,8 @@ out=$(/usr/bin/python3 "$(dirname "$0")/hostile.py" flows-limit "$dir/limits.soc
 check max-flows-per-client [ $? -eq 0 ] || echo "  $out"
 out=$(/usr/bin/python3 "$(dirname "$0")/hostile.py" pipeline "$dir/limits.sock" 100 2>&1)
 check pipelined-status-waits [ $? -eq 0 ] || echo "  $out"
+out=$(/usr/bin/python3 "$(dirname "$0")/hostile.py" json-names "$dir/limits.sock" 2>&1)
+check status-json-escaped [ $? -eq 0 ] || echo "  $out"
 check limits-agent-serves sh -c "'$bin/mercuryctl' status --socket '$dir/limits.sock' >/dev/null"
 kill $limits
 wait $limits 2>/dev/null

@@ -11,8 +11,12 @@ usage: hostile.py partial-frame SOCKET       a frame begun and never finished
                                              answered, the client is not dropped
        hostile.py flows-limit SOCKET LIMIT   LIMIT registrations pass, the
                                              next gets ENOSPC (root: by cookie)
+       hostile.py json-names SOCKET          a job and layer named with quotes,
+                                             control bytes and invalid UTF-8:
+                                             the JSON status still parses
 """
 import errno
+import json
 import socket
 import struct
 import sys
@@ -112,6 +116,41 @@ def flows_limit(path: str, limit: int) -> int:
     return 1
 
 
+def raw_string(b: bytes) -> bytes:
+    return struct.pack("<H", len(b)) + b
+
+
+def json_names(path: str) -> int:
+    # Names are the trainer's bytes: quotes, backslashes, control bytes and
+    # bytes that are not UTF-8 must still give valid JSON.
+    job_name = b'q"uote\\back\x01ctl\xffbad'
+    layer_name = b'l\n"x'
+    job = connect(path)
+    job.sendall(frame(HELLO, raw_string(job_name) + struct.pack("<II", 0, 0)) +
+                frame(MODEL, struct.pack("<I", 1) + raw_string(layer_name) + struct.pack("<Q", 4096)))
+    s = connect(path)
+    for _ in range(50):  # until the agent has read the job's frames
+        s.sendall(frame(STATUS_REQUEST, b"\x00"))  # JSON
+        kind, body = next(frames(s))
+        if kind != STATUS_REPLY:
+            print(f"unexpected reply kind {kind}")
+            return 1
+        (n,) = struct.unpack_from("<I", body)
+        try:
+            status = json.loads(body[4:4 + n].decode("utf-8"))
+        except ValueError as e:
+            print(f"not JSON: {e}: {body[4:4 + n][:200]!r}")
+            return 1
+        names = [(j["job"], [l["name"] for l in j["layers"]]) for j in status["jobs"]]
+        if names:
+            want = (job_name.decode("utf-8", errors="replace"), [layer_name.decode()])
+            print(f"names={names}")
+            return 0 if names == [want] else 1
+        time.sleep(0.1)
+    print("the job never showed up")
+    return 1
+
+
 def main() -> int:
     mode, path = sys.argv[1], sys.argv[2]
     if mode == "partial-frame":
@@ -120,6 +159,8 @@ def main() -> int:
         return pipeline(path, int(sys.argv[3]))
     if mode == "flows-limit":
         return flows_limit(path, int(sys.argv[3]))
+    if mode == "json-names":
+        return json_names(path)
     print(__doc__, file=sys.stderr)
     return 2
 

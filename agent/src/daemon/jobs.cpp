@@ -1,34 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 #include "daemon/jobs.hpp"
 
-#include "printable.hpp"
+#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cstdio>
 
+#include "printable.hpp"
+
 namespace mercury {
-
-namespace {
-
-std::string json_string(const std::string& s)
-{
-    std::string out = "\"";
-    for (unsigned char c : s) {
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += static_cast<char>(c);
-        } else if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-            out += buf;
-        } else {
-            out += static_cast<char>(c);
-        }
-    }
-    return out + "\"";
-}
-
-}  // namespace
 
 Job* JobRegistry::find(uint32_t session)
 {
@@ -223,47 +203,35 @@ void JobRegistry::notify_ranks(uint32_t session, Job& job)
 
 std::string JobRegistry::status_json() const
 {
+    using Json = nlohmann::ordered_json;  // fields in the order PROTOCOL.md lists them
     const auto k = kernel_.stats();
-    std::string out = "{\"protocol\":" + std::to_string(proto::kVersion) + ",\"kernel\":{\"connected\":" +
-                      (k.connected ? "true" : "false") + ",\"entries\":" + std::to_string(k.entries) +
-                      ",\"pushes\":" + std::to_string(k.pushes) + ",\"errors\":" + std::to_string(k.errors) +
-                      ",\"reconnects\":" + std::to_string(k.reconnects) + "},\"jobs\":[";
-    bool first_job = true;
+    Json status{{"protocol", proto::kVersion},
+                {"kernel", {{"connected", k.connected}, {"entries", k.entries}, {"pushes", k.pushes},
+                            {"errors", k.errors}, {"reconnects", k.reconnects}}},
+                {"jobs", Json::array()}};
     for (const auto& [session, job] : jobs_) {
-        out += first_job ? "" : ",";
-        first_job = false;
-        out += "{\"session\":" + std::to_string(session) + ",\"job\":" + json_string(job.name) +
-               ",\"worker\":" + std::to_string(job.worker_rank) + ",\"pid\":" + std::to_string(job.pid) +
-               ",\"iteration\":" + std::to_string(job.iteration) +
-               ",\"timing_reports\":" + std::to_string(job.timing_reports) + ",\"lanes\":[";
-        bool first_lane = true;
-        for (const auto& [key, rank] : job.lane_flows) {
-            out += first_lane ? "" : ",";
-            first_lane = false;
-            out += "{\"flow\":" + json_string(key.to_string()) + ",\"rank\":" + std::to_string(rank) + "}";
-        }
-        out += "],\"layers\":[";
+        Json lanes = Json::array();
+        for (const auto& [key, rank] : job.lane_flows)
+            lanes.push_back({{"flow", key.to_string()}, {"rank", rank}});
+        Json layers = Json::array();
         for (size_t i = 0; i < job.model.layers.size(); ++i) {
             const auto& p = job.priorities[i];
-            out += i ? "," : "";
-            out += "{\"name\":" + json_string(job.model.layers[i].name) +
-                   ",\"param_bytes\":" + std::to_string(job.model.layers[i].param_bytes) +
-                   ",\"forward_us\":" + std::to_string(job.timings.forward_us(i)) +
-                   ",\"backward_us\":" + std::to_string(job.timings.backward_us(i)) +
-                   ",\"deadline_us\":" + std::to_string(p.deadline_us) + ",\"rank\":" + std::to_string(p.rank) +
-                   ",\"weight\":" + std::to_string(p.weight) + ",\"flows\":[";
-            bool first_flow = true;
+            Json flows = Json::array();
             const auto [lo, hi] = job.flows.equal_range(static_cast<uint32_t>(i));
-            for (auto it = lo; it != hi; ++it) {
-                out += first_flow ? "" : ",";
-                first_flow = false;
-                out += json_string(it->second.to_string());
-            }
-            out += "]}";
+            for (auto it = lo; it != hi; ++it)
+                flows.push_back(it->second.to_string());
+            layers.push_back({{"name", job.model.layers[i].name}, {"param_bytes", job.model.layers[i].param_bytes},
+                              {"forward_us", job.timings.forward_us(i)}, {"backward_us", job.timings.backward_us(i)},
+                              {"deadline_us", p.deadline_us}, {"rank", p.rank}, {"weight", p.weight},
+                              {"flows", std::move(flows)}});
         }
-        out += "]}";
+        status["jobs"].push_back({{"session", session}, {"job", job.name}, {"worker", job.worker_rank},
+                                  {"pid", job.pid}, {"iteration", job.iteration},
+                                  {"timing_reports", job.timing_reports}, {"lanes", std::move(lanes)},
+                                  {"layers", std::move(layers)}});
     }
-    return out + "]}";
+    // Names come from trainers: bytes that are not UTF-8 become U+FFFD.
+    return status.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 std::string JobRegistry::status_text() const

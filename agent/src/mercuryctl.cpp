@@ -16,6 +16,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "datapath/datapath.hpp"
@@ -35,88 +36,49 @@ constexpr int kExitRefused = 1;    // the kernel rejected the request
 constexpr int kExitUsage = 2;      // bad command line
 constexpr int kExitNoModule = 3;   // no datapath: module not loaded, BPF not running
 
-constexpr const char* kUsage = R"(usage: mercuryctl [--json] [--datapath=auto|kmod|bpf] COMMAND [ARGS]
-
-Commands (act on the caller's network namespace):
-  tag set TAG RANK [--weight W] [--ttl MS]   priority for sockets with SO_PRIORITY TAG
-                                             (TAG >= 7: any process may set 0..6)
-  tag del TAG
-  flow set FLOW RANK [--weight W] [--ttl MS] priority for one connection
-  flow del FLOW
-  dump                                       list tag and flow entries
-  flush                                      remove every entry
-  params [NAME=VALUE ...]                    show, or set, parameters
-  stats                                      show counters
-  flows [--socket PATH]                      every mercury socket of the netns: the job
-                                             and layer that registered it (asks mercuryd),
-                                             rank, weight, tag, held, cwnd, srtt, bytes acked
-  top [--interval-ms N] [--count N]          flows, refreshed (default every 1000 ms)
-  status [--socket PATH]                     ask mercuryd: jobs, learned timings,
-                                             ranks and weights per layer
-  --help, --version                          this text; the version
+// After the generated help: what FLOW, RANK and the exit codes mean.
+constexpr const char* kFooter = R"(Every command acts on the caller's network namespace.
 
 FLOW is --cookie N (getsockopt SO_COOKIE) or LOCAL REMOTE as the local socket
 sees them, e.g. 10.0.0.1:40000 10.0.0.2:5201 or [fd00::1]:40000 [fd00::2]:5201.
 RANK is 0..7, lower is more urgent. WEIGHT is 1..1024; 16 is one Reno flow.
-
---datapath picks tcp_mercury.ko (kmod) or the eBPF program a mercuryd loaded
-(bpf); auto, the default, uses the module when it is loaded, else BPF.
+TAG is a socket's SO_PRIORITY, 7 or more (any process may set 0..6).
 
 Exit status: 0 ok, 1 the datapath refused (reason printed), 2 usage error,
 3 no datapath: tcp_mercury is not loaded and no BPF one runs (or, for status,
-mercuryd is not running).
-)";
+mercuryd is not running).)";
 
 struct UsageError {
     std::string what;
 };
 
-template <typename T>
-T parse_number(std::string_view text, const char* what)
-{
-    T value{};
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc{} || end != text.data() + text.size())
-        throw UsageError{std::string("invalid ") + what + " '" + std::string(text) + "'"};
-    return value;
-}
-
-class Args {
-public:
-    Args(int argc, char** argv) : args_(argv + 1, argv + argc) {}
-
-    bool empty() const { return pos_ >= args_.size(); }
-    std::string next(const char* what)
-    {
-        if (empty())
-            throw UsageError{std::string("missing ") + what};
-        return args_[pos_++];
-    }
-    bool take_flag(std::string_view flag)
-    {
-        if (!empty() && args_[pos_] == flag) {
-            ++pos_;
-            return true;
-        }
-        return false;
-    }
-    void expect_end() const
-    {
-        if (!empty())
-            throw UsageError{"unexpected argument '" + args_[pos_] + "'"};
-    }
-
-private:
-    std::vector<std::string> args_;
-    size_t pos_ = 0;
+// The command line, as CLI11 fills it in.
+struct Options {
+    bool json = false;
+    std::string datapath = "auto";
+    uint32_t tag = 0;
+    unsigned rank = 0;
+    uint64_t cookie = 0;
+    std::vector<std::string> endpoints;     // LOCAL REMOTE of a flow (flow set: then RANK)
+    uint16_t weight = 0;
+    uint32_t ttl_ms = 0;
+    std::vector<std::string> params;        // NAME=VALUE
+    std::string socket;
+    unsigned interval_ms = 1000;
+    unsigned count = 0;                     // top: 0 = until interrupted
 };
 
-mercury::FlowKey parse_flow(Args& args)
+mercury::FlowKey flow_key(const Options& o, const CLI::App& cmd)
 {
-    if (args.take_flag("--cookie"))
-        return mercury::FlowKey::by_cookie(parse_number<uint64_t>(args.next("cookie"), "cookie"));
-    const auto local = mercury::Endpoint::parse(args.next("local endpoint"));
-    const auto remote = mercury::Endpoint::parse(args.next("remote endpoint"));
+    if (cmd.count("--cookie")) {
+        if (!o.endpoints.empty())
+            throw UsageError{"a flow is --cookie N or LOCAL REMOTE, not both"};
+        return mercury::FlowKey::by_cookie(o.cookie);
+    }
+    if (o.endpoints.size() != 2)
+        throw UsageError{"a flow is --cookie N or LOCAL REMOTE"};
+    const auto local = mercury::Endpoint::parse(o.endpoints[0]);
+    const auto remote = mercury::Endpoint::parse(o.endpoints[1]);
     if (!local || !remote)
         throw UsageError{"endpoints look like 10.0.0.1:5201 or [fd00::1]:5201"};
     auto key = mercury::FlowKey::by_tuple(*local, *remote);
@@ -125,18 +87,14 @@ mercury::FlowKey parse_flow(Args& args)
     return *key;
 }
 
-mercury::Priority parse_priority(Args& args)
+mercury::Priority priority(const Options& o, const CLI::App& cmd)
 {
     mercury::Priority prio;
-    prio.rank = parse_number<uint8_t>(args.next("rank"), "rank");
-    while (!args.empty()) {
-        if (args.take_flag("--weight"))
-            prio.weight = parse_number<uint16_t>(args.next("weight"), "weight");
-        else if (args.take_flag("--ttl"))
-            prio.ttl_ms = parse_number<uint32_t>(args.next("ttl"), "ttl");
-        else
-            args.expect_end();
-    }
+    prio.rank = static_cast<uint8_t>(o.rank);
+    if (cmd.count("--weight"))
+        prio.weight = o.weight;
+    if (cmd.count("--ttl"))
+        prio.ttl_ms = o.ttl_ms;
     return prio;
 }
 
@@ -191,18 +149,20 @@ void print_map(const std::map<std::string, uint64_t>& values, bool json)
         std::printf("%-16s %llu\n", k.c_str(), static_cast<unsigned long long>(v));
 }
 
-int cmd_params(Datapath& nl, Args& args, bool json)
+int cmd_params(Datapath& nl, const std::vector<std::string>& settings, bool json)
 {
-    if (!args.empty()) {
+    if (!settings.empty()) {
         mercury::Params params;
-        while (!args.empty()) {
-            const std::string kv = args.next("NAME=VALUE");
+        for (const auto& kv : settings) {
             const auto eq = kv.find('=');
+            uint64_t value = 0;
+            const char* end = kv.data() + kv.size();
             if (eq == std::string::npos)
                 throw UsageError{"parameters are set as NAME=VALUE, got '" + kv + "'"};
-            const Status s = set_param_by_name(params, kv.substr(0, eq),
-                                               parse_number<uint64_t>(kv.substr(eq + 1), "value"));
-            if (!s)
+            const auto [stop, ec] = std::from_chars(kv.data() + eq + 1, end, value);
+            if (ec != std::errc{} || stop != end || eq + 1 == kv.size())
+                throw UsageError{"invalid value in '" + kv + "'"};
+            if (const Status s = set_param_by_name(params, kv.substr(0, eq), value); !s)
                 throw UsageError{s.message};
         }
         return report(nl.set_params(params), "set parameters");
@@ -212,14 +172,6 @@ int cmd_params(Datapath& nl, Args& args, bool json)
         return rc;
     print_map(params_as_map(params), json);
     return kExitOk;
-}
-
-std::string agent_socket_path(Args& args)
-{
-    std::string path = std::getenv("MERCURY_SOCKET") ? std::getenv("MERCURY_SOCKET") : mercury::proto::kDefaultSocketPath;
-    if (args.take_flag("--socket"))
-        path = args.next("socket path");
-    return path;
 }
 
 // Asks mercuryd at @path for its status document (the daemon renders it).
@@ -276,10 +228,8 @@ int fetch_status(const std::string& path, bool json, std::string& document, bool
     return rc;
 }
 
-int cmd_status(Args& args, bool json)
+int cmd_status(const std::string& path, bool json)
 {
-    const std::string path = agent_socket_path(args);
-    args.expect_end();
     std::string document;
     const int rc = fetch_status(path, json, document);
     if (rc == kExitOk)
@@ -358,129 +308,151 @@ int print_flows(Datapath& nl, const std::string& path, bool json)
     return kExitOk;
 }
 
-int cmd_flows(Datapath& nl, Args& args, bool json, bool live)
+// top: flows again every @interval_ms, @count times (0: until interrupted).
+int cmd_top(Datapath& nl, const Options& o)
 {
-    unsigned interval_ms = 1000, count = 0;   // top: 0 = until interrupted
-    std::string path = agent_socket_path(args);
-    while (!args.empty()) {
-        if (live && args.take_flag("--interval-ms"))
-            interval_ms = parse_number<unsigned>(args.next("interval"), "interval");
-        else if (live && args.take_flag("--count"))
-            count = parse_number<unsigned>(args.next("count"), "count");
-        else if (args.take_flag("--socket"))
-            path = args.next("socket path");
-        else
-            args.expect_end();
-    }
-    if (!live)
-        return print_flows(nl, path, json);
-    for (unsigned i = 0; count == 0 || i < count; ++i) {
+    for (unsigned i = 0; o.count == 0 || i < o.count; ++i) {
         if (i > 0)
-            ::usleep(interval_ms * 1000);
-        if (!json)
+            ::usleep(o.interval_ms * 1000);
+        if (!o.json)
             std::cout << "\033[H\033[2J" << std::flush;  // clear, as top does
-        if (int rc = print_flows(nl, path, json))
+        if (int rc = print_flows(nl, o.socket, o.json))
             return rc;
         std::cout << std::flush;
     }
     return kExitOk;
 }
 
-int run(Args& args, bool json, mercury::DatapathKind kind)
+// Runs the one (sub)command the user chose.
+int run(const CLI::App& app, const Options& o)
 {
-    const std::string cmd = args.next("command");
-    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-        std::cout << kUsage;
-        return kExitOk;
+    auto chosen = [&](const char* name) { return app.got_subcommand(name); };
+    auto under = [&](const char* parent, const char* name) {
+        return app.got_subcommand(parent) && app.get_subcommand(parent)->got_subcommand(name);
+    };
+    if (chosen("status"))
+        return cmd_status(o.socket, o.json);
+
+    // A flow's key and priority are checked before the datapath is opened.
+    std::optional<mercury::FlowKey> key;
+    mercury::Priority prio;
+    if (under("flow", "set")) {
+        Options args = o;  // ARGS is [LOCAL REMOTE] RANK
+        const std::string rank = args.endpoints.back();
+        args.endpoints.pop_back();
+        const auto [end, ec] = std::from_chars(rank.data(), rank.data() + rank.size(), args.rank);
+        if (ec != std::errc{} || end != rank.data() + rank.size() || args.rank > 255)
+            throw UsageError{"invalid rank '" + rank + "'"};
+        const CLI::App& cmd = *app.get_subcommand("flow")->get_subcommand("set");
+        key = flow_key(args, cmd);
+        prio = priority(args, cmd);
+    } else if (under("flow", "del")) {
+        key = flow_key(o, *app.get_subcommand("flow")->get_subcommand("del"));
     }
-    if (cmd == "--version") {
-        std::cout << "mercuryctl " << MERCURY_VERSION << "\n";
-        return kExitOk;
-    }
-    if (cmd == "status")
-        return cmd_status(args, json);
 
     std::unique_ptr<Datapath> nl;
-    if (const Status s = mercury::open_datapath(kind, nl); !s) {
+    if (const Status s = mercury::open_datapath(*mercury::parse_datapath_kind(o.datapath), nl); !s) {
         std::cerr << "mercuryctl: " << s.describe() << "\n";
         return s.error == -ENOENT ? kExitNoModule : kExitRefused;
     }
-
-    if (cmd == "tag" || cmd == "flow") {
-        const std::string op = args.next("set or del");
-        const bool tag = cmd == "tag";
-        if (op == "set") {
-            if (tag) {
-                const auto id = parse_number<uint32_t>(args.next("tag"), "tag");
-                return report(nl->set_tag(id, parse_priority(args)), "set tag");
-            }
-            const auto key = parse_flow(args);
-            return report(nl->set_flow(key, parse_priority(args)), "set flow");
-        }
-        if (op == "del") {
-            Status s;
-            if (tag)
-                s = nl->del_tag(parse_number<uint32_t>(args.next("tag"), "tag"));
-            else
-                s = nl->del_flow(parse_flow(args));
-            args.expect_end();
-            return report(s, tag ? "delete tag" : "delete flow");
-        }
-        throw UsageError{"'" + cmd + "' takes set or del, not '" + op + "'"};
-    }
-    if (cmd == "dump") {
-        args.expect_end();
-        return cmd_dump(*nl, json);
-    }
-    if (cmd == "flush") {
-        args.expect_end();
+    if (under("tag", "set"))
+        return report(nl->set_tag(o.tag, priority(o, *app.get_subcommand("tag")->get_subcommand("set"))), "set tag");
+    if (under("tag", "del"))
+        return report(nl->del_tag(o.tag), "delete tag");
+    if (under("flow", "set"))
+        return report(nl->set_flow(*key, prio), "set flow");
+    if (under("flow", "del"))
+        return report(nl->del_flow(*key), "delete flow");
+    if (chosen("dump"))
+        return cmd_dump(*nl, o.json);
+    if (chosen("flush"))
         return report(nl->flush(), "flush");
-    }
-    if (cmd == "params")
-        return cmd_params(*nl, args, json);
-    if (cmd == "flows" || cmd == "top")
-        return cmd_flows(*nl, args, json, cmd == "top");
-    if (cmd == "stats") {
-        args.expect_end();
-        mercury::Stats stats;
-        if (int rc = report(nl->get_stats(stats), "get stats"))
-            return rc;
-        print_map(stats, json);
-        return kExitOk;
-    }
-    throw UsageError{"unknown command '" + cmd + "'"};
+    if (chosen("params"))
+        return cmd_params(*nl, o.params, o.json);
+    if (chosen("flows"))
+        return print_flows(*nl, o.socket, o.json);
+    if (chosen("top"))
+        return cmd_top(*nl, o);
+    mercury::Stats stats;  // stats
+    if (int rc = report(nl->get_stats(stats), "get stats"))
+        return rc;
+    print_map(stats, o.json);
+    return kExitOk;
+}
+
+// The command line: subcommands, --opt value and --opt=value, --json and
+// --datapath anywhere, generated --help.
+void describe(CLI::App& app, Options& o)
+{
+    app.footer(kFooter);
+    app.set_version_flag("--version", std::string("mercuryctl ") + MERCURY_VERSION);
+    app.fallthrough();  // --json and --datapath after the command too
+    app.require_subcommand(1);
+    app.add_flag("--json", o.json, "JSON output");
+    app.add_option("--datapath", o.datapath, "auto (the module if loaded, else BPF), kmod or bpf")
+        ->check(CLI::IsMember({"auto", "kmod", "bpf"}));
+    const char* env = std::getenv("MERCURY_SOCKET");
+    o.socket = env ? env : mercury::proto::kDefaultSocketPath;
+    auto socket_option = [&](CLI::App* cmd) {
+        cmd->add_option("--socket", o.socket, "mercuryd's socket ($MERCURY_SOCKET or " +
+                                                   std::string(mercury::proto::kDefaultSocketPath) + ")");
+    };
+    auto priority_options = [&](CLI::App* cmd) {
+        cmd->add_option("--weight", o.weight, "share while competing, 1..1024 (16: one Reno flow)");
+        cmd->add_option("--ttl", o.ttl_ms, "lifetime in ms (default: the netns's entry_ttl_ms)");
+    };
+
+    CLI::App* tag = app.add_subcommand("tag", "priority by SO_PRIORITY tag")->require_subcommand(1);
+    CLI::App* tag_set = tag->add_subcommand("set", "set TAG's rank");
+    tag_set->add_option("TAG", o.tag, "SO_PRIORITY value, 7 or more")->required();
+    tag_set->add_option("RANK", o.rank, "0..7, lower is more urgent")->required()->check(CLI::Range(0, 255));
+    priority_options(tag_set);
+    tag->add_subcommand("del", "remove TAG's entry")->add_option("TAG", o.tag, "SO_PRIORITY value")->required();
+
+    CLI::App* flow = app.add_subcommand("flow", "priority for one connection")->require_subcommand(1);
+    CLI::App* flow_set = flow->add_subcommand("set", "set a connection's rank: --cookie N RANK or LOCAL REMOTE RANK");
+    flow_set->add_option("--cookie", o.cookie, "the socket's SO_COOKIE");
+    // One list: CLI11 would hand RANK to an optional LOCAL REMOTE pair first.
+    flow_set->add_option("ARGS", o.endpoints, "[LOCAL REMOTE] RANK")->required()->expected(1, 3);
+    priority_options(flow_set);
+    CLI::App* flow_del = flow->add_subcommand("del", "remove a connection's entry: --cookie N or LOCAL REMOTE");
+    flow_del->add_option("--cookie", o.cookie, "the socket's SO_COOKIE");
+    flow_del->add_option("ENDPOINTS", o.endpoints, "LOCAL REMOTE (without --cookie)")->expected(0, 2);
+
+    app.add_subcommand("dump", "list tag and flow entries and the time they have left");
+    app.add_subcommand("flush", "remove every entry");
+    app.add_subcommand("params", "show, or set, the netns's parameters")
+        ->add_option("NAME=VALUE", o.params, "e.g. cwnd_floor=2");
+    app.add_subcommand("stats", "show the datapath's counters");
+    socket_option(app.add_subcommand("status", "ask mercuryd: jobs, learned timings, ranks and weights per layer"));
+    socket_option(app.add_subcommand("flows", "every mercury socket of the netns: the job and layer that "
+                                              "registered it (asks mercuryd), rank, weight, tag, hold, cwnd, "
+                                              "srtt, bytes acked"));
+    CLI::App* top = app.add_subcommand("top", "flows, refreshed");
+    socket_option(top);
+    top->add_option("--interval-ms", o.interval_ms, "refresh period (default 1000)")->check(CLI::Range(10u, 3600000u));
+    top->add_option("--count", o.count, "refreshes, then exit (default: until interrupted)");
 }
 
 }  // namespace
 
 int main(int argc, char** argv)
 {
-    // --json and --datapath may stand anywhere on the line.
-    std::vector<char*> rest{argv[0]};
-    bool json = false;
-    auto kind = mercury::DatapathKind::kAuto;
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view arg(argv[i]);
-        if (arg == "--json") {
-            json = true;
-        } else if (arg.starts_with("--datapath=")) {
-            const auto k = mercury::parse_datapath_kind(arg.substr(11));
-            if (!k) {
-                std::cerr << "mercuryctl: --datapath takes auto, kmod or bpf, not '" << arg.substr(11) << "'\n";
-                return kExitUsage;
-            }
-            kind = *k;
-        } else {
-            rest.push_back(argv[i]);
-        }
-    }
-    Args args(static_cast<int>(rest.size()), rest.data());
+    CLI::App app{"mercuryctl: inspect and change Mercury's per-netns table, parameters and counters, in "
+                 "tcp_mercury.ko (generic netlink) or the BPF datapath (pinned maps); ask mercuryd.",
+                 "mercuryctl"};
+    Options o;
+    describe(app, o);
     try {
-        if (args.empty()) {
-            std::cerr << kUsage;
-            return kExitUsage;
-        }
-        return run(args, json, kind);
+        app.parse(argc, argv);
+    } catch (const CLI::Success& e) {
+        return app.exit(e);  // --help, --version
+    } catch (const CLI::ParseError& e) {
+        std::cerr << "mercuryctl: " << e.what() << "\n(see mercuryctl --help)\n";
+        return kExitUsage;
+    }
+    try {
+        return run(app, o);
     } catch (const UsageError& e) {
         std::cerr << "mercuryctl: " << e.what << "\n(see mercuryctl --help)\n";
         return kExitUsage;

@@ -362,8 +362,8 @@ test_refresh_in_place() {
 	ctl ref flow set --cookie 4242 3
 	local g0 g1 g2
 	g0=$(table_gen_of ref)
-	ctl ref tag set 7 2 --weight 32
-	ctl ref flow set --cookie 4242 3
+	ctl ref tag set 7 2 --weight=32	# --opt=value is the same setting
+	ctl ref flow set --cookie=4242 3
 	g1=$(table_gen_of ref)
 	ctl ref tag set 7 1 --weight 32
 	g2=$(table_gen_of ref)

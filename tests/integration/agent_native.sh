@@ -26,6 +26,15 @@ for prog in mercuryd mercuryctl; do
 		echo "  $prog --version: $("$bin/$prog" --version 2>&1) (want $prog $want)"
 done
 
+# mercuryctl's command line (CLI11): generated help, usage errors exit 2
+# before any datapath is touched.
+check mercuryctl-help sh -c "'$bin/mercuryctl' --help | grep -q '^  flows ' && '$bin/mercuryctl' flow set --help | grep -q 'LOCAL REMOTE'"
+for bad in "tag set 11" "--datapath=bogus stats" "flow set --cookie 5 x" "flow set 10.0.0.1:1 2" "top --interval-ms 0"; do
+	"$bin/mercuryctl" $bad >/dev/null 2>"$dir/usage.err"
+	rc=$?
+	check "mercuryctl-usage-${bad// /_}" [ $rc -eq 2 ] || echo "  mercuryctl $bad: exit $rc, $(head -1 "$dir/usage.err")"
+done
+
 # Journal priorities: with stderr on the stream $JOURNAL_STREAM names, every
 # line starts with its syslog priority (journalctl -p filters on it); a
 # JOURNAL_STREAM naming another file changes nothing.

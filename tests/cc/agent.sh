@@ -105,10 +105,23 @@ test_agent_config() {
 	mercuryd --entry-ttl-ms 5 >/tmp/cfg.out 2>&1
 	rc=$?
 	expect agent/bad-config "bad value: exit $rc ($(head -1 /tmp/cfg.out))" [ "$rc" = 2 ]
-	printf 'socket = /run/x.sock\nbogus_key = 1\n' >/tmp/bad.conf
+	# The file is TOML (toml++): errors name the line, a key set twice is
+	# refused, and "#" inside a quoted value is part of the value.
+	printf 'socket = "/run/x#1.sock"  # a comment\nbogus_key = 1\n' >/tmp/bad.conf
 	mercuryd --config /tmp/bad.conf >/tmp/cfg.out 2>&1
 	rc=$?
-	expect agent/bad-config-file "unknown key: exit $rc ($(head -1 /tmp/cfg.out))" [ "$rc" = 2 ]
+	expect agent/bad-config-file "unknown key: exit $rc ($(head -1 /tmp/cfg.out))" \
+		sh -c "[ $rc = 2 ] && grep -q 'bad.conf:2: unknown setting .bogus_key.' /tmp/cfg.out"
+	printf 'log_level = "info"\nmax_clients = 8\nlog_level = "debug"\n' >/tmp/bad.conf
+	mercuryd --config /tmp/bad.conf >/tmp/cfg.out 2>&1
+	rc=$?
+	expect agent/config-duplicate-key "key set twice: exit $rc ($(head -1 /tmp/cfg.out))" \
+		sh -c "[ $rc = 2 ] && grep -q 'bad.conf:3:.*log_level' /tmp/cfg.out"
+	printf 'log_level = debug\n' >/tmp/bad.conf
+	mercuryd --config /tmp/bad.conf >/tmp/cfg.out 2>&1
+	rc=$?
+	expect agent/config-bare-word "an unquoted value: exit $rc ($(head -1 /tmp/cfg.out))" \
+		sh -c "[ $rc = 2 ] && grep -q 'bad.conf:1:.*quoted' /tmp/cfg.out"
 }
 
 # Registrations pile up faster than the agent reads them: each queued

@@ -53,7 +53,7 @@ check journal-priorities sh -c "grep -q '^<4>ts=.* level=warn' '$dir/journal.log
 check journal-not-elsewhere sh -c "grep -q '^ts=.* level=warn' '$dir/other.log' && ! grep -q '^<' '$dir/other.log'" ||
 	head -3 "$dir/other.log"
 
-echo "log_level = info" >"$dir/mercuryd.conf"
+echo 'log_level = "info"' >"$dir/mercuryd.conf"
 chmod 0755 "$dir"   # the hostile client below runs as nobody
 "$bin/mercuryd" --datapath kmod --config "$dir/mercuryd.conf" --socket "$sock" --socket-mode 0666 \
 	--check-ms 100 2>"$dir/agent.log" &
@@ -162,7 +162,7 @@ wait $client
 check python-wrapper grep -q "python no-agent ok" "$dir/py.out" || cat "$dir/py.out"
 check client-gone-forgotten grep -q '"jobs":\[\]' <<<"$("$bin/mercuryctl" --json status --socket "$sock")"
 
-echo "log_level = debug" >"$dir/mercuryd.conf"
+echo 'log_level = "debug"' >"$dir/mercuryd.conf"
 kill -HUP $agent
 for _ in $(seq 100); do grep -q 'config reloaded' "$dir/agent.log" && break; sleep 0.05; done
 check sighup-reload grep -q 'config reloaded' "$dir/agent.log"
@@ -206,7 +206,7 @@ kill $listener
 
 # make install never overwrites the admin's config.
 DESTDIR="$dir/inst" cmake --install "$bin/.." >/dev/null 2>&1
-echo "log_level = debug  # the admin's" >"$dir/inst/etc/mercury/mercuryd.conf"
+echo "log_level = \"debug\"  # the admin's" >"$dir/inst/etc/mercury/mercuryd.conf"
 DESTDIR="$dir/inst" cmake --install "$bin/.." >/dev/null 2>&1
 check install-keeps-config grep -q "the admin's" "$dir/inst/etc/mercury/mercuryd.conf"
 check install-units sh -c "ls '$dir/inst/etc/systemd/system/' | tr '\n' ' ' | grep -q 'mercuryd-bpf.service mercuryd.service mercuryd.socket'"

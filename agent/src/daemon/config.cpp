@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 #include "daemon/config.hpp"
 
+#define TOML_HEADER_ONLY 1
+#include <toml++/toml.h>
+
 #include <charconv>
-#include <fstream>
+#include <cstdio>
 #include <iostream>
 #include <map>
 
@@ -18,7 +21,8 @@ tcp_mercury.ko, or the eBPF congestion control it loads itself.
 Runs in the foreground; logs to stderr. SIGTERM/SIGINT stop, SIGHUP reloads
 the config file (log_level, entry_ttl_ms, check_ms).
 
-Options (each may also be a `key = value` line in the config file; flags win):
+Options (each may also be set in the config file, TOML: `key = "text"` or
+`key = 123`, the option's name with _ for -; flags win):
   --config FILE        config file (default: none)
   --datapath KIND      kmod (tcp_mercury.ko), bpf (load and register the eBPF
                        CC "mercury", or share the one another mercuryd on this
@@ -116,27 +120,38 @@ std::string apply(Config& c, const std::string& key, const std::string& value)
     return "";
 }
 
-std::string trim(const std::string& s)
+// The config file is TOML (toml++): `key = "text"` or `key = 123`, `#`
+// comments. Each setting keeps its line, for error messages.
+std::string read_file(const std::string& path, Settings& out, std::map<std::string, std::string>& where)
 {
-    const auto b = s.find_first_not_of(" \t\r");
-    const auto e = s.find_last_not_of(" \t\r");
-    return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
-std::string read_file(const std::string& path, Settings& out)
-{
-    std::ifstream in(path);
-    if (!in)
-        return "cannot read config file " + path;
-    std::string line;
-    for (int lineno = 1; std::getline(in, line); ++lineno) {
-        line = trim(line.substr(0, line.find('#')));
-        if (line.empty())
-            continue;
-        const auto eq = line.find('=');
-        if (eq == std::string::npos)
-            return path + ":" + std::to_string(lineno) + ": expected key = value";
-        out[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+    toml::table file;
+    try {
+        file = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+        const auto& at = e.source().begin;
+        std::string why(e.description());
+        // The format before 0.2 had bare words: say how to write them now.
+        if (why.find("value type") != std::string::npos || why.find("unexpected character") != std::string::npos)
+            why += " (text values are quoted: socket = \"/run/mercury/mercuryd.sock\")";
+        return path + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) + ": " + why;
+    }
+    for (const auto& [key, node] : file) {
+        const std::string name(key.str());
+        const std::string line = path + ":" + std::to_string(node.source().begin.line);
+        if (const auto text = node.value_exact<std::string>()) {
+            out[name] = *text;
+        } else if (const auto number = node.value_exact<int64_t>()) {
+            if (*number < 0)
+                return line + ": " + name + " must not be negative";
+            char buf[32];
+            // socket_mode = 0o660 is a TOML integer; the setting reads octal text.
+            std::snprintf(buf, sizeof(buf), name == "socket_mode" ? "%llo" : "%llu",
+                          static_cast<unsigned long long>(*number));
+            out[name] = buf;
+        } else {
+            return line + ": " + name + " must be text or a whole number";
+        }
+        where[name] = line;
     }
     return "";
 }
@@ -175,17 +190,20 @@ std::string parse_flags(const std::vector<std::string>& args, Settings& out, std
 std::string build(const std::vector<std::string>& args, Config& c, bool& help)
 {
     Settings flags, file;
+    std::map<std::string, std::string> where;  // file setting -> "FILE:LINE"
     std::string config_file;
     if (auto err = parse_flags(args, flags, config_file, help); !err.empty() || help)
         return err;
     if (!config_file.empty())
-        if (auto err = read_file(config_file, file); !err.empty())
+        if (auto err = read_file(config_file, file, where); !err.empty())
             return err;
     c.config_file = config_file;
-    for (const auto* settings : {&file, &flags})
-        for (const auto& [k, v] : *settings)
-            if (auto err = apply(c, k, v); !err.empty())
-                return err;
+    for (const auto& [k, v] : file)
+        if (auto err = apply(c, k, v); !err.empty())
+            return where[k] + ": " + err;
+    for (const auto& [k, v] : flags)
+        if (auto err = apply(c, k, v); !err.empty())
+            return err;
     return "";
 }
 

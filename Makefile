@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod user test unit bpftest torchtest vmtest fuzz bench bench-gap bench-torch bench-cc bench-agent demo install clean guest
+.PHONY: all deps kmod user deb test unit bpftest torchtest vmtest fuzz bench bench-gap bench-torch bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -29,6 +29,10 @@ user:
 
 $(INITRD): kmod user guest
 	scripts/vm/build-initramfs.sh $@ $(KO) $(USER)/guest-bin
+
+# Debian packages: mercury, python3-mercury, mercury-dkms (build/deb/*.deb).
+deb: deps
+	scripts/make-deb.sh $(BUILD)/deb
 
 # Unit tests only (no VM).
 unit: user

@@ -3,7 +3,7 @@
 #
 # `make test`: build everything, run the unit tests (ctest), the BPF datapath
 # natively in network namespaces, mercury.torch on real PyTorch, the VM tests (tcp_mercury in Debian's 6.1
-# kernel under qemu), and close with one
+# kernel under qemu), the Debian packages (installed, DKMS, purged), and close with one
 # "total: N passed, M failed" line. Exit non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -80,6 +80,9 @@ if ! grep -q '^MERCURY-VM-DONE' "$vm_log" 2>/dev/null; then
 fi
 passed=$((passed + vm_passed))
 failed=$((failed + vm_failed))
+
+step "packaging: make deb, install with apt (DKMS builds the module), the guest loads it, purge"
+suite packaging "$BUILD/packaging-tests.log" tests/packaging/run.sh "$BUILD"
 
 echo
 echo "total: $passed passed, $failed failed"

@@ -56,6 +56,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "flow_key.hpp"
 #include "mercury.hpp"
 #include "mercury/uapi.h"
@@ -440,6 +442,13 @@ std::unique_ptr<Client> join_agent(Plan& plan, const std::string& job, uint32_t 
 
 // Forward-pass waits for parameters, per measured iteration: the total, and
 // the layers waited for longest as [[layer, seconds], ...] (at most 5).
+// A JSON string (quoted and escaped) for the hand-formatted lines below,
+// whose numbers keep the fixed precision the reports expect.
+std::string json_text(const std::string& text)
+{
+    return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string wait_json_total(const std::vector<double>& wait_s, size_t iterations)
 {
     double total = 0;
@@ -652,9 +661,10 @@ int run_worker(const Options& o)
     uint64_t per_iteration = 0;
     for (const auto& t : plan.placement.tensors)
         per_iteration += t.bytes;
-    std::printf("{\"role\":\"worker\",\"id\":%u,\"model\":\"%s\",\"mode\":\"%s\",\"cc\":\"%s\",\"placement\":\"%s\","
+    std::printf("{\"role\":\"worker\",\"id\":%u,\"model\":%s,\"mode\":%s,\"cc\":%s,\"placement\":%s,"
                 "\"iterations\":[",
-                o.id, plan.model.name.c_str(), o.mode_name.c_str(), plan.cc.c_str(), o.placement.c_str());
+                o.id, json_text(plan.model.name).c_str(), json_text(o.mode_name).c_str(), json_text(plan.cc).c_str(),
+                json_text(o.placement).c_str());
     for (size_t i = 0; i < iters.size(); ++i)
         std::printf("%s%.4f", i ? "," : "", iters[i]);
     // The measured iterations on CLOCK_MONOTONIC (steady_clock), so link
@@ -776,8 +786,8 @@ int run_server(const Options& o)
         if (accepting && route.size() == expected)
             accepting = false;
     }
-    std::printf("{\"role\":\"server\",\"id\":%u,\"cc\":\"%s\",\"received_bytes\":%llu}\n", o.id,
-                plan.cc.c_str(), static_cast<unsigned long long>(received));
+    std::printf("{\"role\":\"server\",\"id\":%u,\"cc\":%s,\"received_bytes\":%llu}\n", o.id,
+                json_text(plan.cc).c_str(), static_cast<unsigned long long>(received));
     return 0;
 }
 
@@ -815,11 +825,11 @@ int run_bound(const Options& o)
     }
     const double link_s = busiest_bytes * kWirePerPayload * 8 / (o.rate_mbit * 1e6);
     const double compute_s = compute_us / 1e6;
-    std::printf("{\"role\":\"bound\",\"model\":\"%s\",\"placement\":\"%s\",\"workers\":%u,\"servers\":%u,"
-                "\"rate_mbit\":%g,\"byte_divisor\":%g,\"compute_s\":%.4f,\"busiest_link\":\"%s\",\"busiest_link_bytes\":%.0f,"
+    std::printf("{\"role\":\"bound\",\"model\":%s,\"placement\":%s,\"workers\":%u,\"servers\":%u,"
+                "\"rate_mbit\":%g,\"byte_divisor\":%g,\"compute_s\":%.4f,\"busiest_link\":%s,\"busiest_link_bytes\":%.0f,"
                 "\"link_s\":%.4f,\"bound_s\":%.4f}\n",
-                plan.model.name.c_str(), o.placement.c_str(), o.workers, o.servers, o.rate_mbit, o.byte_divisor,
-                compute_s, busiest.c_str(),
+                json_text(plan.model.name).c_str(), json_text(o.placement).c_str(), o.workers, o.servers, o.rate_mbit,
+                o.byte_divisor, compute_s, json_text(busiest).c_str(),
                 busiest_bytes * kWirePerPayload, link_s, std::max(compute_s, link_s));
     return 0;
 }
@@ -855,9 +865,9 @@ int run_sim(const Options& o)
     std::vector<double> wait_sum(r.forward_wait_s);  // back to sums, as the worker keeps them
     for (double& w : wait_sum)
         w *= static_cast<double>(measured);
-    std::printf("{\"role\":\"sim\",\"model\":\"%s\",\"mode\":\"%s\",\"mean_s\":%.4f,\"forward_wait_s\":%s,"
+    std::printf("{\"role\":\"sim\",\"model\":%s,\"mode\":%s,\"mean_s\":%.4f,\"forward_wait_s\":%s,"
                 "\"waits\":%s}\n",
-                plan.model.name.c_str(), o.mode_name.c_str(), r.mean_iteration_s,
+                json_text(plan.model.name).c_str(), json_text(o.mode_name).c_str(), r.mean_iteration_s,
                 wait_json_total(wait_sum, measured).c_str(), wait_json_top(wait_sum, measured).c_str());
     return 0;
 }

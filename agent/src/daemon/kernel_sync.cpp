@@ -170,8 +170,7 @@ void KernelSync::check()
         // Fewer entries in the kernel than we pushed: reloaded or flushed.
         Stats kstats;
         const Status s = nl_->get_stats(kstats);
-        if (s)
-            datapath_stats_ = kstats;
+        datapath_stats_ = kstats;
         if (!s) {
             disconnect(s);
             connect();

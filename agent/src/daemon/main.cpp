@@ -79,7 +79,7 @@ int main(int argc, char** argv)
         log.error("cannot start", {{"reason", e.what()}});
         return 1;
     }
-    kernel.start();
+    // Before the datapath is touched: a taken port stops nothing half started.
     std::unique_ptr<mercury::Metrics> metrics;
     if (!config.metrics.empty()) {
         try {
@@ -91,6 +91,7 @@ int main(int argc, char** argv)
         }
         log.info("serving metrics", {{"address", config.metrics}, {"port", std::to_string(metrics->port())}});
     }
+    kernel.start();
 
     boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
     watch_signals(signals, config, args, log, kernel, server, systemd);

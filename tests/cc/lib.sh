@@ -207,6 +207,10 @@ wait_flows() {
 	FLOW_PIDS=""
 }
 
+# unit_caps UNIT_FILE KEY: a unit's capabilities (KEY=CAP_A CAP_B) as
+# setpriv takes them: +cap_a,+cap_b
+unit_caps() { sed -n "s/^$2=//p" "$1" | tr 'A-Z ' 'a-z,' | sed 's/cap_/+/g'; }
+
 ctl() {	# ctl NS ARGS...: mercuryctl in a namespace
 	local ns=$1
 	shift

@@ -268,9 +268,6 @@ test_crash_recovery() {
 # mercuryd-bpf.service's capabilities, for real: a loader bounded to the
 # unit's CapabilityBoundingSet (uid 0, as the unit runs it) mounts its bpffs,
 # loads, registers and takes entries; without CAP_SYS_ADMIN it cannot mount.
-unit_cap_list() {	# the unit's bounding set as setpriv's list: +bpf,+perfmon,...
-	sed -n 's/^CapabilityBoundingSet=//p' "$top/agent/systemd/mercuryd-bpf.service" | tr 'A-Z ' 'a-z,' | sed 's/cap_/+/g'
-}
 start_bounded_loader() {	# start_bounded_loader CAPS
 	umount -l /run/mercury/bpf 2>/dev/null	# so that it must mount its own
 	/usr/bin/setpriv --inh-caps=-all,$1 --ambient-caps=-all,$1 --bounding-set=-all,$1 \
@@ -279,7 +276,7 @@ start_bounded_loader() {	# start_bounded_loader CAPS
 }
 test_unit_caps() {
 	local caps fewer
-	caps=$(unit_cap_list)
+	caps=$(unit_caps "$top/agent/systemd/mercuryd-bpf.service" CapabilityBoundingSet)
 	fewer=$(echo "$caps" | sed 's/,*+sys_admin//')
 	stop_loader TERM
 	start_bounded_loader "$caps"

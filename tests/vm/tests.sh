@@ -244,9 +244,6 @@ test_boot_files() {
 # mercuryd.service's capabilities, for real: the agent as uid 65534 (the
 # unit's DynamicUser) with only its AmbientCapabilities pushes a trainer's
 # entries into the module; with none, the module refuses them.
-unit_cap_list() {	# the unit's AmbientCapabilities as setpriv's list: +net_admin,...
-	sed -n 's/^AmbientCapabilities=//p' /mercury/systemd/mercuryd.service | tr 'A-Z ' 'a-z,' | sed 's/cap_/+/g'
-}
 agent_as_nobody() {	# agent_as_nobody CAPS: mercuryd in h1 as uid 65534 with CAPS only
 	$IP netns exec h1 /usr/bin/setpriv --reuid 65534 --regid 65534 --clear-groups --inh-caps=-all$1 \
 		--ambient-caps=-all$1 --bounding-set=-all$1 \
@@ -256,7 +253,7 @@ agent_as_nobody() {	# agent_as_nobody CAPS: mercuryd in h1 as uid 65534 with CAP
 }
 test_unit_caps() {
 	local caps
-	caps=$(unit_cap_list)
+	caps=$(unit_caps /mercury/systemd/mercuryd.service AmbientCapabilities)
 	topo_same_host
 	agent_as_nobody ",$caps"
 	MERCURY_SOCKET=/tmp/mercury-caps.sock $IP netns exec h1 mercury-trainer run --job caps --connect "$SERVER" \

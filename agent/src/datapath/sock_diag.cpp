@@ -95,7 +95,7 @@ Status dump_family(nl_sock* sock, int family, int storage_map_fd, std::vector<Di
     inet_diag_req_v2 req{};
     req.sdiag_family = static_cast<uint8_t>(family);
     req.sdiag_protocol = IPPROTO_TCP;
-    req.idiag_states = ~(1u << 10);  // all but TCP_LISTEN
+    req.idiag_states = ~(1u << TCP_LISTEN);  // all but listeners
     // The CC's info is asked for with the Vegas bit: the DCTCP bit does not fit
     // in idiag_ext, and get_info (ss does the same) answers either.
     req.idiag_ext = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_CONG - 1)) | (1 << (INET_DIAG_VEGASINFO - 1));

@@ -3,6 +3,7 @@
 // counters, in tcp_mercury.ko (generic netlink) or the BPF datapath (maps).
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>

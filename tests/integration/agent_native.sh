@@ -98,6 +98,21 @@ LIBMERCURY="$lib/libmercury.so" unshare --pid --fork /usr/bin/python3 "$(dirname
 check pid-namespace-trainer grep -q "python client ok ranks=" "$dir/py-container.out" || cat "$dir/py-container.out"
 check python-ranks grep -q "python client ok ranks=" "$dir/py.out"
 
+# A trainer up before its agent: the library's replay gives the new agent
+# the timings before the subscription, so the first ranks already use them
+# (the replayer once took ranks computed without them, and its hosts
+# disagreed on lanes).
+LIBMERCURY="$lib/libmercury.so" /usr/bin/python3 "$(dirname "$0")/late_agent.py" "$py" "$dir/late.sock" \
+	>"$dir/late.out" 2>&1 &
+late=$!
+for _ in $(seq 100); do grep -q queued "$dir/late.out" && break; sleep 0.05; done
+"$bin/mercuryd" --datapath kmod --socket "$dir/late.sock" 2>"$dir/late-agent.log" &
+late_agent=$!
+wait $late
+check late-agent-first-ranks [ $? -eq 0 ] || cat "$dir/late.out"
+kill $late_agent
+wait $late_agent 2>/dev/null
+
 check garbage-dropped "$bin/mercury-trainer" garbage --socket "$sock"
 # Past max_clients a new client is refused with EBUSY and the agent serves on.
 "$bin/mercuryd" --datapath kmod --socket "$dir/small.sock" --max-clients 1 2>"$dir/small.log" &

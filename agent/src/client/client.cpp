@@ -3,8 +3,8 @@
 //
 // Calls only touch memory and attempt a non-blocking send; a background
 // thread connects, reconnects, flushes what the socket could not take and
-// replays the job's state (hello, model, registrations, last timings) to a
-// restarted agent.
+// replays the job's state (hello, model, last timings, registrations,
+// subscription) to a restarted agent.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -178,10 +178,14 @@ struct mercury_client {
         }
         fd = s;
         connected = true;
-        // Replay: the agent may be new and know nothing of us.
+        // Replay: the agent may be new and know nothing of us. Timings
+        // before registrations and the subscription, as a live session
+        // sends them: the first entries and Ranks must already use them.
         send(hello);
         if (model)
             send(*model);
+        if (last_timings)
+            send(*last_timings);
         for (const auto& r : registrations)
             send_frame(proto::encode(proto::Register{r.layer, proto::ConnKind::kPassedFd, {}}), r.fd.get());
         for (const auto& l : lanes)
@@ -189,8 +193,6 @@ struct mercury_client {
                        l.fd.get());
         if (subscribed)
             send(proto::SubscribeRanks{});
-        if (last_timings)
-            send(*last_timings);
     }
 
     // Reads what the agent sent: Ranks are kept, an Error is kept for the

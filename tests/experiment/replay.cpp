@@ -440,8 +440,6 @@ std::unique_ptr<Client> join_agent(Plan& plan, const std::string& job, uint32_t 
     return client;
 }
 
-// Forward-pass waits for parameters, per measured iteration: the total, and
-// the layers waited for longest as [[layer, seconds], ...] (at most 5).
 // A JSON string (quoted and escaped) for the hand-formatted lines below,
 // whose numbers keep the fixed precision the reports expect.
 std::string json_text(const std::string& text)
@@ -449,6 +447,8 @@ std::string json_text(const std::string& text)
     return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// Forward-pass waits for parameters, per measured iteration: the total, and
+// the layers waited for longest as [[layer, seconds], ...] (at most 5).
 std::string wait_json_total(const std::vector<double>& wait_s, size_t iterations)
 {
     double total = 0;
@@ -717,10 +717,19 @@ int run_server(const Options& o)
     const size_t expected = o.workers * static_cast<size_t>(std::count(plan.lanes.begin(), plan.lanes.end(), true));
     bool accepting = true;
 
+    // The connection a worker pushes a lane's shards on: every host must
+    // have taken the same ranks from its agent, or lanes do not line up.
+    auto conn_of = [&](uint32_t worker, uint32_t lane) {
+        const auto it = route.find({worker, lane});
+        if (it == route.end())
+            throw std::runtime_error("worker " + std::to_string(worker) + " has no connection on lane " +
+                                     std::to_string(lane) + ": the hosts' agents gave different ranks");
+        return it->second;
+    };
     auto reply = [&](uint32_t iteration, uint32_t shard, uint32_t chunk) {
         for (uint32_t w = 0; w < o.workers; ++w)
-            route.at({w, plan.lane(shard)})->queue({iteration, shard, chunk,
-                                                    static_cast<uint32_t>(plan.chunk_bytes(shard, chunk))});
+            conn_of(w, plan.lane(shard))->queue({iteration, shard, chunk,
+                                                 static_cast<uint32_t>(plan.chunk_bytes(shard, chunk))});
     };
     auto on_chunk = [&](const Header& h, uint32_t worker) {
         received += h.bytes;
@@ -729,7 +738,7 @@ int run_server(const Options& o)
         const auto [first, end] = plan.unit_of(h.shard, h.chunk);
         // Acknowledge each worker's push of a whole partition: its credit.
         if (plan.mode.partitioned && ++from_worker[{worker, h.iteration, h.shard, first}] == end - first)
-            route.at({worker, plan.lane(h.shard)})->queue_urgent({h.iteration, h.shard, first, 0});
+            conn_of(worker, plan.lane(h.shard))->queue_urgent({h.iteration, h.shard, first, 0});
         // Answer once every worker's copy of the whole unit has arrived.
         if (++aggregated[{h.iteration, h.shard, first}] == o.workers * (end - first))
             for (uint32_t c = first; c < end; ++c)

@@ -108,7 +108,9 @@ void MetricsSnapshot::replace(std::vector<MetricFamily> families)
 std::vector<MetricFamily> MetricsSnapshot::Collect() const
 {
     const std::lock_guard lock(mutex_);
-    return families_;
+    auto out = events_->Collect();
+    out.insert(out.end(), families_.begin(), families_.end());
+    return out;
 }
 
 Metrics::Metrics(boost::asio::io_context& io, const std::string& address, const JobRegistry& jobs,
@@ -132,7 +134,7 @@ Metrics::Metrics(boost::asio::io_context& io, const std::string& address, const 
                         .Register(*registry_)
                         .Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2,
                                                                           3e-2, 1e-1})),
-      snapshot_(std::make_shared<MetricsSnapshot>())
+      snapshot_(std::make_shared<MetricsSnapshot>(registry_))
 {
     pushes_.Add({});
     push_errors_.Add({{"error", "ENOSPC"}});  // a full table: there from the start, to alert on
@@ -141,7 +143,6 @@ Metrics::Metrics(boost::asio::io_context& io, const std::string& address, const 
     } catch (const std::exception& e) {
         throw std::runtime_error("cannot serve metrics on " + address + ": " + e.what());
     }
-    exposer_->RegisterCollectable(registry_);
     exposer_->RegisterCollectable(snapshot_);
     kernel_.set_push_observer([this](std::chrono::nanoseconds took, int error) { observe_push(took, error); });
     refresh();
@@ -162,10 +163,12 @@ int Metrics::port() const
 
 void Metrics::observe_push(std::chrono::nanoseconds took, int error)
 {
-    pushes_.Add({}).Increment();
-    push_seconds_.Observe(std::chrono::duration<double>(took).count());
-    if (error != 0)
-        push_errors_.Add({{"error", errno_name(error)}}).Increment();
+    snapshot_->update_events([&] {
+        pushes_.Add({}).Increment();
+        push_seconds_.Observe(std::chrono::duration<double>(took).count());
+        if (error != 0)
+            push_errors_.Add({{"error", errno_name(error)}}).Increment();
+    });
 }
 
 void Metrics::schedule()

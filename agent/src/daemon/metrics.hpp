@@ -6,7 +6,8 @@
 // Scrapes run on prometheus-cpp's HTTP threads; the agent's state lives on
 // the io thread. So the io thread copies what it knows into a snapshot every
 // refresh, and a scrape reads only that snapshot (at most one refresh old).
-// Push counts and latencies are prometheus-cpp metrics, safe from any thread.
+// Push counts and latencies are updated as pushes happen, under the
+// snapshot's lock.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -29,14 +30,24 @@
 
 namespace mercury {
 
-// The io thread's latest copy of the agent's and the datapath's state.
+// What a scrape sees: the io thread's latest copy of the agent's and the
+// datapath's state, and the event metrics (pushes, their latency), which
+// change only under the same lock, so a scrape never sees half an update.
 class MetricsSnapshot : public prometheus::Collectable {
 public:
+    explicit MetricsSnapshot(std::shared_ptr<prometheus::Registry> events) : events_(std::move(events)) {}
     void replace(std::vector<prometheus::MetricFamily> families);
+    template <typename Change>
+    void update_events(Change&& change)
+    {
+        const std::lock_guard lock(mutex_);
+        change();
+    }
     std::vector<prometheus::MetricFamily> Collect() const override;
 
 private:
     mutable std::mutex mutex_;
+    std::shared_ptr<prometheus::Registry> events_;
     std::vector<prometheus::MetricFamily> families_;
 };
 

@@ -565,7 +565,7 @@ Status BpfMaps::list_sockets(std::vector<SocketView>& out)
     for (const auto& d : sockets) {
         if (d.cc != MERCURY_CA_NAME)
             continue;
-        SocketView v{d.local, d.remote, d.cookie, std::nullopt, 0, 0, false, 0, d.cwnd, d.srtt_us, d.bytes_acked};
+        SocketView v = tcp_view(d);
         if (d.storage.size() >= sizeof(mercury_bpf_sock_state)) {
             mercury_bpf_sock_state st{};
             std::memcpy(&st, d.storage.data(), sizeof(st));

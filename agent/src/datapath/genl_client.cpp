@@ -311,7 +311,7 @@ Status GenlClient::list_sockets(std::vector<SocketView>& out)
     for (const auto& d : sockets) {
         if (d.cc != MERCURY_CA_NAME)
             continue;
-        SocketView v{d.local, d.remote, d.cookie, std::nullopt, 0, 0, false, 0, d.cwnd, d.srtt_us, d.bytes_acked};
+        SocketView v = tcp_view(d);
         if (d.cc_info) {
             const uint16_t rank = d.cc_info->dctcp_ce_state & ~MERCURY_INFO_HELD;
             if (rank != MERCURY_RANK_NONE)

@@ -122,6 +122,18 @@ Status dump_family(nl_sock* sock, int family, int storage_map_fd, std::vector<Di
 
 }  // namespace
 
+SocketView tcp_view(const DiagSocket& d)
+{
+    SocketView v;
+    v.local = d.local;
+    v.remote = d.remote;
+    v.cookie = d.cookie;
+    v.cwnd = d.cwnd;
+    v.srtt_us = d.srtt_us;
+    v.bytes_acked = d.bytes_acked;
+    return v;
+}
+
 Status diag_tcp_sockets(std::vector<DiagSocket>& out, int storage_map_fd)
 {
     std::unique_ptr<nl_sock, SockDeleter> sock(nl_socket_alloc());

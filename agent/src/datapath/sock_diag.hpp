@@ -34,6 +34,10 @@ struct DiagSocket {
 // which has the whole struct, cannot share a file with libnl's headers.
 void read_tcp_info(const void* data, size_t len, DiagSocket& s);
 
+// What TCP reports of @d, as a SocketView with no datapath state yet (each
+// datapath adds rank, weight, tag and hold from its own source).
+SocketView tcp_view(const DiagSocket& d);
+
 // Every TCP socket (IPv4 and IPv6) of the caller's netns but listeners.
 // @storage_map_fd: a BPF_MAP_TYPE_SK_STORAGE map whose values to include
 // (-1: none; needs CAP_BPF or CAP_SYS_ADMIN).

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +30,18 @@ constexpr unsigned kMapFlagLink = 1U << 13;   // BPF_F_LINK
 
 constexpr const char* kMapNames[] = {MERCURY_BPF_MAP_TAGS, MERCURY_BPF_MAP_FLOWS, MERCURY_BPF_MAP_CONFIG,
                                      MERCURY_BPF_MAP_STATE, MERCURY_BPF_MAP_SOCKS};
+
+// libbpf's messages (a refused program's verifier log runs to hundreds of
+// lines) reach stderr for the first failed load only: mercuryd retries
+// every check_ms, and must not write that log again each time.
+bool g_load_failed_before = false;
+
+int libbpf_print(enum libbpf_print_level level, const char* format, va_list args)
+{
+    if (level == LIBBPF_DEBUG || g_load_failed_before)
+        return 0;
+    return std::vfprintf(stderr, format, args);
+}
 
 // A bpffs of our own at the pin directory.
 Status mount_pin_dir()
@@ -68,6 +82,7 @@ Status BpfProgram::load(std::unique_ptr<BpfProgram>& out)
     if (Status s = mount_pin_dir(); !s)
         return s;
 
+    libbpf_set_print(libbpf_print);
     std::unique_ptr<BpfProgram> prog(new BpfProgram());
     // Maps pinned by an earlier loader are taken over: their entries, and
     // the sockets still running that loader's program (which read the same
@@ -80,8 +95,13 @@ Status BpfProgram::load(std::unique_ptr<BpfProgram>& out)
         unpin();
         s = prog->open_and_load(false);
     }
-    if (!s)
+    if (!s) {
+        if (!g_load_failed_before)
+            s.message += " (libbpf's log above; retries stay quiet until a load succeeds)";
+        g_load_failed_before = true;
         return s;
+    }
+    g_load_failed_before = false;
     if (Status a = prog->attach(); !a)
         return a;
     // The host-wide counters' entry (mercury_bpf_state, MERCURY_BPF_GLOBAL_STATE).

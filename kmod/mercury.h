@@ -53,6 +53,7 @@ struct mercury_entry {
 	unsigned long expires;	/* jiffies */
 	u16 weight;
 	u8 rank;
+	u8 job;
 };
 
 /* What a flow resolved its priority to. */
@@ -60,6 +61,7 @@ struct mercury_prio {
 	unsigned long expires;	/* jiffies; meaningful if found */
 	u16 weight;
 	u8 rank;		/* MERCURY_RANK_NONE if not found */
+	u8 job;			/* MERCURY_JOB_NONE if not found */
 	bool found;
 };
 
@@ -77,6 +79,7 @@ enum mercury_counter {
 	MERCURY_CNT_RECOVERIES_FROM_CWR,
 	MERCURY_CNT_HELD_IN_RECOVERY,
 	MERCURY_CNT_HOLD_LEAKS,
+	MERCURY_CNT_YIELD_GRANTS,
 	MERCURY_CNT_MAX
 };
 
@@ -92,7 +95,9 @@ struct mercury_buckets {
 struct mercury_net {
 	struct mercury_params params;
 	u32 gen;				/* bumped on every table change */
-	u64 last_active_us[MERCURY_NUM_RANKS];	/* tcp_clock_us() */
+	/* tcp_clock_us() a rank of a job last had data out: precedence is per job */
+	u64 last_active_us[MERCURY_NUM_JOBS][MERCURY_NUM_RANKS];
+	u64 job_active_us[MERCURY_NUM_JOBS];	/* any rank of the job */
 	atomic64_t counters[MERCURY_CNT_MAX];
 
 	spinlock_t lock;			/* writers of the table below */
@@ -116,7 +121,7 @@ void mercury_table_exit(void);
 void mercury_lookup(struct mercury_net *mn, const struct sock *sk,
 		    struct mercury_prio *prio);
 int mercury_entry_set(struct mercury_net *mn, const struct mercury_key *key,
-		      u8 rank, u16 weight, u32 ttl_ms,
+		      u8 rank, u16 weight, u8 job, u32 ttl_ms,
 		      struct netlink_ext_ack *extack);
 int mercury_entry_del(struct mercury_net *mn, const struct mercury_key *key);
 void mercury_flush(struct mercury_net *mn);

@@ -18,7 +18,9 @@
  * incast bottleneck. A held flow is let go for max_hold/8 after every
  * max_hold, so nothing starves; entries the agent stops refreshing expire
  * and the flow falls back to plain fair behaviour. Unranked flows behave as
- * Reno with HyStart's delay-based slow-start exit.
+ * Reno with HyStart's delay-based slow-start exit. Entries may name a job:
+ * precedence then holds only among flows of the same job, and other jobs'
+ * traffic cannot keep a job's flows yielding to delay for good.
  *
  * The arithmetic lives in include/mercury/cc_core.h, shared with the eBPF
  * variant and unit tests; this file is the glue to struct tcp_sock.
@@ -43,11 +45,13 @@ struct mercury_sock {
 	u32 tag;		/* sk_priority the priority was resolved for */
 	unsigned long expires;	/* jiffies: entry lifetime, if FOUND */
 	struct mercury_hold_state hold;
+	u64 yield_since_us;	/* this run of delayed samples began; 0: none */
 	u32 cnt;		/* weighted-AI accumulator */
 	u32 last_backoff_us;	/* low 32 bits of tcp_mstamp at last yield */
 	u32 holds;		/* times held */
 	u16 weight;		/* MERCURY_WEIGHT_UNIT = one Reno flow */
 	u8 rank;		/* MERCURY_RANK_NONE = unranked */
+	u8 job;			/* MERCURY_JOB_NONE = no job */
 	u8 flags;		/* MERCURY_F_* */
 };
 
@@ -106,6 +110,7 @@ static void mercury_refresh_prio(struct sock *sk, struct mercury_sock *ca,
 	ca->tag = tag;
 	ca->rank = prio.rank;
 	ca->weight = prio.weight;
+	ca->job = prio.job < MERCURY_NUM_JOBS ? prio.job : MERCURY_JOB_NONE;
 	ca->expires = prio.expires;
 	if (prio.found)
 		ca->flags |= MERCURY_F_FOUND;
@@ -164,6 +169,13 @@ static void mercury_store(struct tcp_sock *tp, struct mercury_sock *ca,
 	ca->cnt = w->cnt;
 }
 
+/* When each rank of this flow's job last had data out: its precedence. */
+static const u64 *mercury_job_stamps(const struct mercury_sock *ca,
+				     const struct mercury_net *mn)
+{
+	return mn->last_active_us[ca->job];
+}
+
 /* Note that this flow's rank has data outstanding right now. */
 static void mercury_mark_active(struct sock *sk, struct mercury_sock *ca,
 				struct mercury_net *mn, u64 now_us)
@@ -172,10 +184,12 @@ static void mercury_mark_active(struct sock *sk, struct mercury_sock *ca,
 
 	if (ca->rank >= MERCURY_NUM_RANKS)
 		return;
-	stamp = &mn->last_active_us[ca->rank];
+	stamp = &mn->last_active_us[ca->job][ca->rank];
 	/* Shared by all flows of the rank: write rarely to spare the cache line. */
-	if (now_us - READ_ONCE(*stamp) >= 100)
+	if (now_us - READ_ONCE(*stamp) >= 100) {
 		WRITE_ONCE(*stamp, now_us);
+		WRITE_ONCE(mn->job_active_us[ca->job], now_us);
+	}
 }
 
 static bool mercury_has_data(const struct sock *sk)
@@ -200,8 +214,8 @@ static void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
 	else if (held && in_reduction)
 		mercury_count(mn, MERCURY_CNT_HELD_IN_RECOVERY);
 	change = mercury_hold_step(&w, &ca->hold, held,
-				   mercury_preempted(mn->last_active_us, ca->rank,
-						     now_us, window_us),
+				   mercury_preempted(mercury_job_stamps(ca, mn),
+						     ca->rank, now_us, window_us),
 				   in_reduction, now_us,
 				   READ_ONCE(mn->params.max_hold_ms), floor);
 	switch (change) {
@@ -236,6 +250,7 @@ static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 	struct tcp_sock *tp = tcp_sk(sk);
 	u64 now_us = tp->tcp_mstamp;
 	struct mercury_window w;
+	bool delayed;
 
 	mercury_refresh_prio(sk, ca, mn);
 	/* Delay seen while holding others is their queue draining. */
@@ -243,7 +258,7 @@ static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 	    mercury_slow_start_done(&ca->ss, tcp_snd_cwnd(tp), tp->snd_ssthresh,
 				    sample->rtt_us, tcp_min_rtt(tp), tp->snd_una,
 				    tp->snd_nxt) &&
-	    !mercury_preempting(mn->last_active_us, ca->rank, now_us,
+	    !mercury_preempting(mercury_job_stamps(ca, mn), ca->rank, now_us,
 				mercury_hold_window_us(tp->srtt_us >> 3)))
 		tp->snd_ssthresh = tcp_snd_cwnd(tp);
 	if (ca->rank >= MERCURY_NUM_RANKS) {
@@ -257,11 +272,27 @@ static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 
 	if ((ca->flags & MERCURY_F_HELD) || sample->rtt_us <= 0)
 		return;
-	if (!mercury_should_yield(ca->rank, sample->rtt_us, tcp_min_rtt(tp),
-				  READ_ONCE(mn->params.delay_thresh_us)))
-		return;
+	delayed = mercury_should_yield(ca->rank, sample->rtt_us, tcp_min_rtt(tp),
+				       READ_ONCE(mn->params.delay_thresh_us));
+	/* Another job sending from this host: the queue is theirs too. */
+	if (delayed && ca->job != MERCURY_JOB_NONE &&
+	    mercury_other_job_active(mn->job_active_us, ca->job, now_us,
+				     mercury_hold_window_us(tp->srtt_us >> 3)))
+		delayed = false;
 	/* At most once an RTT, like TCP-LP. */
-	if ((u32)now_us - ca->last_backoff_us < (tp->srtt_us >> 3))
+	if (delayed && (u32)now_us - ca->last_backoff_us < (tp->srtt_us >> 3))
+		return;
+	/* The queue may be another job's: a job's flow yields for a while only. */
+	if (ca->job != MERCURY_JOB_NONE &&
+	    !mercury_yield_allowed(&ca->yield_since_us, delayed, now_us,
+				   READ_ONCE(mn->params.max_hold_ms))) {
+		if (delayed) {
+			ca->last_backoff_us = (u32)now_us;
+			mercury_count(mn, MERCURY_CNT_YIELD_GRANTS);
+		}
+		return;
+	}
+	if (!delayed)
 		return;
 	ca->last_backoff_us = (u32)now_us;
 	mercury_load(tp, ca, &w);
@@ -346,7 +377,8 @@ static size_t mercury_get_info(struct sock *sk, u32 ext, int *attr,
 		info->dctcp.dctcp_enabled = 1;
 		info->dctcp.dctcp_ce_state =
 			((ca->flags & MERCURY_F_INIT) ? ca->rank : MERCURY_RANK_NONE) |
-			((ca->flags & MERCURY_F_HELD) ? MERCURY_INFO_HELD : 0);
+			((ca->flags & MERCURY_F_HELD) ? MERCURY_INFO_HELD : 0) |
+			(ca->job << MERCURY_INFO_JOB_SHIFT);
 		info->dctcp.dctcp_alpha = ca->weight;
 		info->dctcp.dctcp_ab_ecn = READ_ONCE(sk->sk_priority);
 		info->dctcp.dctcp_ab_tot = ca->holds;

@@ -85,6 +85,7 @@ static const struct nla_policy mercury_policy[MERCURY_ATTR_MAX + 1] = {
 	[MERCURY_ATTR_FLOW]		= NLA_POLICY_NESTED(mercury_flow_policy),
 	[MERCURY_ATTR_PARAMS]		= NLA_POLICY_NESTED(mercury_param_policy),
 	[MERCURY_ATTR_STATS]		= { .type = NLA_REJECT },
+	[MERCURY_ATTR_JOB]		= NLA_POLICY_MAX(NLA_U8, MERCURY_NUM_JOBS - 1),
 };
 
 static struct genl_family mercury_family;
@@ -186,17 +187,20 @@ static int mercury_do_set(struct genl_info *info, const struct mercury_key *key)
 {
 	struct mercury_net *mn = mercury_info_net(info);
 	u16 weight = MERCURY_WEIGHT_UNIT;
+	u8 job = MERCURY_JOB_NONE;
 	u32 ttl_ms;
 
 	if (GENL_REQ_ATTR_CHECK(info, MERCURY_ATTR_RANK))
 		return -EINVAL;
 	if (info->attrs[MERCURY_ATTR_WEIGHT])
 		weight = nla_get_u16(info->attrs[MERCURY_ATTR_WEIGHT]);
+	if (info->attrs[MERCURY_ATTR_JOB])
+		job = nla_get_u8(info->attrs[MERCURY_ATTR_JOB]);
 	ttl_ms = info->attrs[MERCURY_ATTR_TTL_MS] ?
 		 nla_get_u32(info->attrs[MERCURY_ATTR_TTL_MS]) :
 		 READ_ONCE(mn->params.entry_ttl_ms);
 	return mercury_entry_set(mn, key, nla_get_u8(info->attrs[MERCURY_ATTR_RANK]),
-				 weight, ttl_ms, info->extack);
+				 weight, job, ttl_ms, info->extack);
 }
 
 static int mercury_tag_set(struct sk_buff *skb, struct genl_info *info)
@@ -293,6 +297,7 @@ static int mercury_fill_entry(struct sk_buff *skb, struct netlink_callback *cb,
 	if (mercury_put_key(skb, &e->key) ||
 	    nla_put_u8(skb, MERCURY_ATTR_RANK, READ_ONCE(e->rank)) ||
 	    nla_put_u16(skb, MERCURY_ATTR_WEIGHT, READ_ONCE(e->weight)) ||
+	    nla_put_u8(skb, MERCURY_ATTR_JOB, READ_ONCE(e->job)) ||
 	    nla_put_u32(skb, MERCURY_ATTR_EXPIRES_MS,
 			jiffies_to_msecs(expires - jiffies))) {
 		genlmsg_cancel(skb, hdr);
@@ -437,6 +442,7 @@ static int mercury_fill_stats(struct sk_buff *msg, struct mercury_net *mn)
 		[MERCURY_CNT_RECOVERIES_FROM_CWR] = MERCURY_STAT_RECOVERIES_FROM_CWR,
 		[MERCURY_CNT_HELD_IN_RECOVERY]	= MERCURY_STAT_HELD_IN_RECOVERY,
 		[MERCURY_CNT_HOLD_LEAKS]	= MERCURY_STAT_HOLD_LEAKS,
+		[MERCURY_CNT_YIELD_GRANTS]	= MERCURY_STAT_YIELD_GRANTS,
 	};
 	struct nlattr *nest = nla_nest_start(msg, MERCURY_ATTR_STATS);
 	int i;

@@ -119,6 +119,7 @@ void mercury_lookup(struct mercury_net *mn, const struct sock *sk,
 	prio->found = false;
 	prio->rank = MERCURY_RANK_NONE;
 	prio->weight = MERCURY_WEIGHT_UNIT;
+	prio->job = MERCURY_JOB_NONE;
 
 	rcu_read_lock();
 	if (READ_ONCE(mn->n_flows)) {
@@ -140,6 +141,7 @@ void mercury_lookup(struct mercury_net *mn, const struct sock *sk,
 		prio->found = true;
 		prio->rank = READ_ONCE(e->rank);
 		prio->weight = READ_ONCE(e->weight);
+		prio->job = READ_ONCE(e->job);
 		prio->expires = READ_ONCE(e->expires);
 	}
 	rcu_read_unlock();
@@ -178,7 +180,7 @@ static void mercury_bump_gen(struct mercury_net *mn)
 }
 
 int mercury_entry_set(struct mercury_net *mn, const struct mercury_key *key,
-		      u8 rank, u16 weight, u32 ttl_ms,
+		      u8 rank, u16 weight, u8 job, u32 ttl_ms,
 		      struct netlink_ext_ack *extack)
 {
 	unsigned long expires = jiffies + msecs_to_jiffies(ttl_ms);
@@ -206,6 +208,7 @@ int mercury_entry_set(struct mercury_net *mn, const struct mercury_key *key,
 	fresh->key = *key;
 	fresh->rank = rank;
 	fresh->weight = weight;
+	fresh->job = job;
 	fresh->expires = expires;
 
 	spin_lock_bh(&mn->lock);
@@ -216,7 +219,7 @@ int mercury_entry_set(struct mercury_net *mn, const struct mercury_key *key,
 		spare = NULL;
 	}
 	e = mercury_find_rcu(mn, key);
-	if (e && e->rank == rank && e->weight == weight) {
+	if (e && e->rank == rank && e->weight == weight && e->job == job) {
 		/*
 		 * The agent's periodic refresh: only the lifetime moves, in
 		 * place, and gen stays, so flows keep what they resolved

@@ -63,6 +63,9 @@ struct Options {
     std::vector<std::string> endpoints;     // LOCAL REMOTE of a flow (flow set: then RANK)
     uint16_t weight = 0;
     uint32_t ttl_ms = 0;
+    unsigned job = 0;
+    std::string job_name;                   // job set NAME
+    unsigned job_weight = 1;
     std::vector<std::string> params;        // NAME=VALUE
     std::string socket;
     unsigned interval_ms = 1000;
@@ -96,7 +99,14 @@ mercury::Priority priority(const Options& o, const CLI::App& cmd)
         prio.weight = o.weight;
     if (cmd.count("--ttl"))
         prio.ttl_ms = o.ttl_ms;
+    prio.job = static_cast<uint8_t>(o.job);
     return prio;
+}
+
+// Entries of no job print as before.
+std::string job_text(uint8_t job)
+{
+    return job ? " job " + std::to_string(job) : "";
 }
 
 std::string rank_text(uint8_t rank)
@@ -124,19 +134,20 @@ int cmd_dump(Datapath& nl, bool json)
     if (json) {
         auto out = nlohmann::json{{"tags", nlohmann::json::array()}, {"flows", nlohmann::json::array()}};
         for (const auto& e : tags)
-            out["tags"].push_back({{"tag", e.tag}, {"rank", e.rank}, {"weight", e.weight}, {"expires_ms", e.expires_ms}});
+            out["tags"].push_back({{"tag", e.tag}, {"rank", e.rank}, {"weight", e.weight}, {"job", e.job},
+                                   {"expires_ms", e.expires_ms}});
         for (const auto& e : flows)
             out["flows"].push_back({{"flow", e.key.to_string()}, {"rank", e.rank}, {"weight", e.weight},
-                                    {"expires_ms", e.expires_ms}});
+                                    {"job", e.job}, {"expires_ms", e.expires_ms}});
         std::cout << out.dump() << "\n";
         return kExitOk;
     }
     for (const auto& e : tags)
-        std::printf("tag %-10u rank %-4s weight %-5u expires %ums\n", e.tag, rank_text(e.rank).c_str(),
-                    e.weight, e.expires_ms);
+        std::printf("tag %-10u rank %-4s weight %-5u expires %ums%s\n", e.tag, rank_text(e.rank).c_str(),
+                    e.weight, e.expires_ms, job_text(e.job).c_str());
     for (const auto& e : flows)
-        std::printf("flow %s rank %s weight %u expires %ums\n", e.key.to_string().c_str(),
-                    rank_text(e.rank).c_str(), e.weight, e.expires_ms);
+        std::printf("flow %s rank %s weight %u expires %ums%s\n", e.key.to_string().c_str(),
+                    rank_text(e.rank).c_str(), e.weight, e.expires_ms, job_text(e.job).c_str());
     return kExitOk;
 }
 
@@ -175,10 +186,12 @@ int cmd_params(Datapath& nl, const std::vector<std::string>& settings, bool json
     return kExitOk;
 }
 
-// Asks mercuryd at @path for its status document (the daemon renders it).
+// Asks mercuryd at @path for its status document (the daemon renders it),
+// after sending @before if given (an Error then says it was refused).
 // Returns an exit code; on kExitOk, @document holds the reply. Errors are
 // printed unless @quiet.
-int fetch_status(const std::string& path, bool json, std::string& document, bool quiet = false)
+int fetch_status(const std::string& path, bool json, std::string& document, bool quiet = false,
+                 const std::optional<mercury::proto::Message>& before = std::nullopt)
 {
     const mercury::UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     const int fd = sock.get();
@@ -192,8 +205,10 @@ int fetch_status(const std::string& path, bool json, std::string& document, bool
     }
     const timeval timeout{5, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    const auto request = mercury::proto::encode(
+    auto request = before ? mercury::proto::encode(*before) : std::vector<uint8_t>{};
+    const auto status_request = mercury::proto::encode(
         mercury::proto::StatusRequest{json ? mercury::proto::StatusFormat::kJson : mercury::proto::StatusFormat::kText});
+    request.insert(request.end(), status_request.begin(), status_request.end());
     std::vector<uint8_t> buf;
     int rc = kExitRefused;
     // Read whatever the agent answers even if the request could not be
@@ -235,6 +250,19 @@ int cmd_status(const std::string& path, bool json)
     const int rc = fetch_status(path, json, document);
     if (rc == kExitOk)
         std::cout << document << (json ? "\n" : "");
+    return rc;
+}
+
+// job set NAME --weight W: mercuryd applies it to the job's entries (root only).
+int cmd_job_set(const Options& o)
+{
+    if (o.job_name.empty() || o.job_name.size() > mercury::proto::kMaxName)
+        throw UsageError{"a job name is 1.." + std::to_string(mercury::proto::kMaxName) + " bytes"};
+    std::string document;
+    const int rc = fetch_status(o.socket, true, document, false,
+                                mercury::proto::JobWeight{o.job_name, static_cast<uint16_t>(o.job_weight)});
+    if (rc == kExitOk)
+        std::cout << "job " << mercury::printable(o.job_name) << " weight " << o.job_weight << "\n";
     return rc;
 }
 
@@ -290,19 +318,20 @@ int print_flows(Datapath& nl, const std::string& path, bool json)
                            {"layer_name", owner && owner->layer ? nlohmann::json(owner->layer_name) : nlohmann::json()},
                            {"lane", owner && !owner->layer},
                            {"rank", v.rank ? nlohmann::json(*v.rank) : nlohmann::json()}, {"weight", v.weight},
-                           {"tag", v.tag}, {"held", v.held}, {"holds", v.holds}, {"cwnd", v.cwnd},
+                           {"job_id", v.job}, {"tag", v.tag}, {"held", v.held}, {"holds", v.holds}, {"cwnd", v.cwnd},
                            {"srtt_us", v.srtt_us}, {"bytes_acked", v.bytes_acked}});
         }
         std::cout << out.dump() << "\n";
         return kExitOk;
     }
-    std::printf("%-22s %-22s %-16s %5s %4s %6s %5s %4s %6s %6s %8s %12s\n", "local", "remote", "job", "layer", "rank",
-                "weight", "tag", "held", "holds", "cwnd", "srtt_us", "bytes_acked");
+    std::printf("%-22s %-22s %-16s %3s %5s %4s %6s %5s %4s %6s %6s %8s %12s\n", "local", "remote", "job", "id", "layer",
+                "rank", "weight", "tag", "held", "holds", "cwnd", "srtt_us", "bytes_acked");
     for (const auto& v : sockets) {
         const Owner* owner = owner_of(v);
         const std::string layer = !owner ? "-" : owner->layer ? std::to_string(*owner->layer) : "lane";
-        std::printf("%-22s %-22s %-16.16s %5s %4s %6u %5u %4s %6u %6u %8u %12llu\n", v.local.to_string().c_str(),
-                    v.remote.to_string().c_str(), owner ? mercury::printable(owner->job).c_str() : "-", layer.c_str(),
+        std::printf("%-22s %-22s %-16.16s %3u %5s %4s %6u %5u %4s %6u %6u %8u %12llu\n", v.local.to_string().c_str(),
+                    v.remote.to_string().c_str(), owner ? mercury::printable(owner->job).c_str() : "-", v.job,
+                    layer.c_str(),
                     v.rank ? std::to_string(*v.rank).c_str() : "-", v.weight, v.tag, v.held ? "yes" : "no", v.holds, v.cwnd,
                     v.srtt_us, static_cast<unsigned long long>(v.bytes_acked));
     }
@@ -333,6 +362,8 @@ int run(const CLI::App& app, const Options& o)
     };
     if (chosen("status"))
         return cmd_status(o.socket, o.json);
+    if (under("job", "set"))
+        return cmd_job_set(o);
 
     // A flow's key and priority are checked before the datapath is opened.
     std::optional<mercury::FlowKey> key;
@@ -401,6 +432,9 @@ void describe(CLI::App& app, Options& o)
     auto priority_options = [&](CLI::App* cmd) {
         cmd->add_option("--weight", o.weight, "share while competing, 1..1024 (16: one Reno flow)");
         cmd->add_option("--ttl", o.ttl_ms, "lifetime in ms (default: the netns's entry_ttl_ms)");
+        cmd->add_option("--job", o.job,
+                        "job id 1..15: ranks then order only this job's flows (default 0: no job)")
+            ->check(CLI::Range(0, 255));
     };
 
     CLI::App* tag = app.add_subcommand("tag", "priority by SO_PRIORITY tag")->require_subcommand(1);
@@ -426,6 +460,13 @@ void describe(CLI::App& app, Options& o)
         ->add_option("NAME=VALUE", o.params, "e.g. cwnd_floor=2");
     app.add_subcommand("stats", "show the datapath's counters");
     socket_option(app.add_subcommand("status", "ask mercuryd: jobs, learned timings, ranks and weights per layer"));
+    CLI::App* job = app.add_subcommand("job", "a job's settings in mercuryd")->require_subcommand(1);
+    CLI::App* job_set = job->add_subcommand("set", "set job NAME's weight: its share against other jobs (root)");
+    job_set->add_option("NAME", o.job_name, "the job name its trainers give")->required();
+    job_set->add_option("--weight", o.job_weight, "1..64, multiplies its entries' weights")
+        ->required()
+        ->check(CLI::Range(1u, static_cast<unsigned>(mercury::proto::kMaxJobWeight)));
+    socket_option(job_set);
     socket_option(app.add_subcommand("flows", "every mercury socket of the netns: the job and layer that "
                                               "registered it (asks mercuryd), rank, weight, tag, hold, cwnd, "
                                               "srtt, bytes acked"));

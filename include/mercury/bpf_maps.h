@@ -81,7 +81,8 @@ struct mercury_bpf_entry {
 	__u64 expires_ns;	/* CLOCK_MONOTONIC; the entry is ignored after */
 	__u16 weight;
 	__u8 rank;
-	__u8 pad[5];
+	__u8 job;		/* 0 .. MERCURY_NUM_JOBS - 1; 0 = no job */
+	__u8 pad[4];
 };
 
 /* mercury_config (key: netns cookie): written only by user space, under
@@ -113,6 +114,7 @@ enum mercury_bpf_counter {
 	MERCURY_BPF_CNT_RECOVERIES_FROM_CWR,
 	MERCURY_BPF_CNT_HELD_IN_RECOVERY,
 	MERCURY_BPF_CNT_HOLD_LEAKS,
+	MERCURY_BPF_CNT_YIELD_GRANTS,
 	/* Only in MERCURY_BPF_GLOBAL_STATE: events of a netns whose state
 	 * could not be created (mercury_state full), not counted there. */
 	MERCURY_BPF_CNT_UNCOUNTED,
@@ -124,7 +126,8 @@ enum mercury_bpf_counter {
  * when the agent frees an entry). The loading agent creates the
  * MERCURY_BPF_GLOBAL_STATE entry. */
 struct mercury_bpf_state {
-	__u64 last_active_us[MERCURY_NUM_RANKS];
+	__u64 last_active_us[MERCURY_NUM_JOBS][MERCURY_NUM_RANKS];	/* per job */
+	__u64 job_active_us[MERCURY_NUM_JOBS];	/* any rank of the job */
 	__u64 counters[MERCURY_BPF_CNT_MAX];
 };
 
@@ -136,7 +139,8 @@ struct mercury_bpf_sock_state {
 	__u16 weight;
 	__u8 rank;		/* MERCURY_RANK_NONE if unranked */
 	__u8 held;
-	__u32 pad;
+	__u8 job;
+	__u8 pad[3];
 };
 
 /* Both compilers must see the same sizes: no implicit padding anywhere. */
@@ -149,7 +153,8 @@ MERCURY_BPF_SIZE(mercury_bpf_tag_key, 16);
 MERCURY_BPF_SIZE(mercury_bpf_flow_key, 56);
 MERCURY_BPF_SIZE(mercury_bpf_entry, 16);
 MERCURY_BPF_SIZE(mercury_bpf_config, 40);
-MERCURY_BPF_SIZE(mercury_bpf_state, 8 * (MERCURY_NUM_RANKS + MERCURY_BPF_CNT_MAX));
+MERCURY_BPF_SIZE(mercury_bpf_state,
+		 8 * (MERCURY_NUM_JOBS * (MERCURY_NUM_RANKS + 1) + MERCURY_BPF_CNT_MAX));
 MERCURY_BPF_SIZE(mercury_bpf_sock_state, 16);
 #undef MERCURY_BPF_SIZE
 

@@ -25,6 +25,13 @@
  *  - Across hosts: ranked flows other than rank 0 yield to queueing delay
  *    (TCP-LP style): when an RTT sample exceeds the base RTT by a threshold
  *    (smaller for less urgent ranks) the window halves, at most once an RTT.
+ *  - Jobs: precedence is kept per job (each job has its own activity stamps),
+ *    so one job's urgent rank never holds another job's flows; between jobs
+ *    flows share by weight. Delay cannot say whose queue it is: a job's flow
+ *    does not yield while another job has data out on this host (the queue
+ *    is theirs too), and yields for at most max_hold at a stretch, then not
+ *    for max_hold/8, like the starvation guard of holds (other jobs' traffic
+ *    from other hosts). Job 0 (no job) keeps yielding as before.
  */
 #ifndef MERCURY_CC_CORE_H
 #define MERCURY_CC_CORE_H
@@ -256,6 +263,45 @@ static inline int mercury_should_yield(__u32 rank, __u32 rtt_us,
 	__u32 thr = mercury_delay_threshold_us(rank, thresh_us);
 
 	return thr && base_rtt_us && rtt_us > base_rtt_us + thr;
+}
+
+/*
+ * True if a job other than @job had a ranked flow with data out within
+ * @window_us of @now_us. @job_active_us[j]: when job j last did.
+ */
+static inline int mercury_other_job_active(const __u64 *job_active_us,
+					   __u32 job, __u64 now_us,
+					   __u32 window_us)
+{
+	__u32 j;
+
+	for (j = 0; j < MERCURY_NUM_JOBS; j++) {
+		__u64 t = job_active_us[j];
+
+		if (j == job || !t)
+			continue;
+		if (t > now_us || now_us - t < window_us)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * Starvation guard for delay yielding, for flows of a job: another job's
+ * traffic can keep a shared queue full for as long as it likes. @since_us is
+ * when the flow's current run of delayed samples began (0: none). True if
+ * the flow may yield now; false in a grace period (or without delay).
+ */
+static inline int mercury_yield_allowed(__u64 *since_us, int delayed,
+					__u64 now_us, __u32 max_hold_ms)
+{
+	if (!delayed) {
+		*since_us = 0;
+		return 0;
+	}
+	if (!*since_us)
+		*since_us = now_us;
+	return !mercury_in_grace(*since_us, now_us, max_hold_ms);
 }
 
 /* Yield to queueing delay: halve, but never below the floor. */

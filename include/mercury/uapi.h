@@ -3,7 +3,10 @@
  * Mercury: the contract between tcp_mercury.ko and user space (mercuryd,
  * mercuryctl, tests). One definition, included by both sides.
  *
- * Generic netlink family MERCURY_GENL_NAME, version MERCURY_GENL_VERSION.
+ * Generic netlink family MERCURY_GENL_NAME, version MERCURY_GENL_VERSION
+ * (2 added jobs: MERCURY_ATTR_JOB; a request without it means job 0, so
+ * version 1 clients work unchanged, and a version 1 module refuses JOB as
+ * an unknown attribute).
  * Every netns has its own table of entries and its own parameters; requests
  * act on the caller's netns. Mutating commands need CAP_NET_ADMIN in the
  * user namespace owning that netns (-EPERM otherwise). Malformed requests
@@ -19,6 +22,15 @@
  *          host hold their cwnd at the floor.
  *   weight MERCURY_WEIGHT_MIN .. MERCURY_WEIGHT_MAX; share within a rank,
  *          MERCURY_WEIGHT_UNIT being one standard Reno flow's worth.
+ *   job    0 .. MERCURY_NUM_JOBS - 1 (optional; 0 = no job). Precedence
+ *          and holds apply only among flows of the same job: flows of
+ *          different jobs share the link by weight (mercuryd scales a job's
+ *          entry weights by the job's weight). A flow of a job (not 0) does
+ *          not yield to queueing delay while another job has data out on
+ *          its host, and yields for at most max_hold_ms at a stretch, then
+ *          not for max_hold_ms / 8, as holds are lifted: another job's
+ *          traffic cannot keep it yielding forever. Job 0 behaves as
+ *          version 1 did.
  * A flow entry beats a tag entry. A flow matching neither is *unranked* and
  * behaves as a plain fair loss-based flow. Entries expire TTL_MS after they
  * were last set unless set again.
@@ -34,11 +46,13 @@
 #define _UAPI_MERCURY_H
 
 #define MERCURY_GENL_NAME	"mercury"
-#define MERCURY_GENL_VERSION	1
+#define MERCURY_GENL_VERSION	2
 #define MERCURY_CA_NAME		"mercury"
 
 #define MERCURY_NUM_RANKS	8
 #define MERCURY_RANK_NONE	0xff	/* reported for unranked flows */
+#define MERCURY_NUM_JOBS	16	/* job ids 0 .. 15; 0 = no job */
+#define MERCURY_JOB_NONE	0
 #define MERCURY_TAG_MIN		7	/* SO_PRIORITY above TC_PRIO_INTERACTIVE */
 #define MERCURY_WEIGHT_UNIT	16
 #define MERCURY_WEIGHT_MIN	1
@@ -48,12 +62,12 @@
 
 enum mercury_cmd {
 	MERCURY_CMD_UNSPEC,
-	MERCURY_CMD_TAG_SET,	/* TAG, RANK, [WEIGHT], [TTL_MS] */
+	MERCURY_CMD_TAG_SET,	/* TAG, RANK, [WEIGHT], [TTL_MS], [JOB] */
 	MERCURY_CMD_TAG_DEL,	/* TAG; -ENOENT if absent */
-	MERCURY_CMD_TAG_GET,	/* dump: TAG, RANK, WEIGHT, EXPIRES_MS */
-	MERCURY_CMD_FLOW_SET,	/* FLOW, RANK, [WEIGHT], [TTL_MS] */
+	MERCURY_CMD_TAG_GET,	/* dump: TAG, RANK, WEIGHT, EXPIRES_MS, JOB */
+	MERCURY_CMD_FLOW_SET,	/* FLOW, RANK, [WEIGHT], [TTL_MS], [JOB] */
 	MERCURY_CMD_FLOW_DEL,	/* FLOW; -ENOENT if absent */
-	MERCURY_CMD_FLOW_GET,	/* dump: FLOW, RANK, WEIGHT, EXPIRES_MS */
+	MERCURY_CMD_FLOW_GET,	/* dump: FLOW, RANK, WEIGHT, EXPIRES_MS, JOB */
 	MERCURY_CMD_FLUSH,	/* drop every entry of this netns */
 	MERCURY_CMD_PARAMS_GET,	/* reply: PARAMS */
 	MERCURY_CMD_PARAMS_SET,	/* PARAMS (any subset; all or nothing) */
@@ -74,6 +88,7 @@ enum mercury_attr {
 	MERCURY_ATTR_FLOW,		/* nest: enum mercury_flow_attr */
 	MERCURY_ATTR_PARAMS,		/* nest: enum mercury_param */
 	MERCURY_ATTR_STATS,		/* nest, replies only: enum mercury_stat */
+	MERCURY_ATTR_JOB,		/* u8, version 2: 0 .. MERCURY_NUM_JOBS - 1 */
 
 	__MERCURY_ATTR_MAX,
 	MERCURY_ATTR_MAX = __MERCURY_ATTR_MAX - 1
@@ -150,6 +165,8 @@ enum mercury_stat {
 	MERCURY_STAT_HELD_IN_RECOVERY,	/* ACKs a held flow took in CWR/Recovery */
 	MERCURY_STAT_HOLD_LEAKS,	/* held flows found above the floor outside
 					 * a reduction: a burst the hold missed */
+	MERCURY_STAT_YIELD_GRANTS,	/* delay yields skipped: a job's flow had
+					 * yielded for max_hold_ms (version 2) */
 
 	__MERCURY_STAT_MAX,
 	MERCURY_STAT_MAX = __MERCURY_STAT_MAX - 1
@@ -161,10 +178,14 @@ enum mercury_stat {
  * "dctcp:(ce_state:S,alpha:W,ab_ecn:T,ab_tot:H)" with:
  *   dctcp_enabled  always 1
  *   dctcp_ce_state rank (MERCURY_RANK_NONE if unranked) | MERCURY_INFO_HELD
+ *                  | job << MERCURY_INFO_JOB_SHIFT
  *   dctcp_alpha    weight
  *   dctcp_ab_ecn   tag (the socket's SO_PRIORITY)
  *   dctcp_ab_tot   number of times the flow was held
  */
+#define MERCURY_INFO_RANK	0xff
 #define MERCURY_INFO_HELD	0x100
+#define MERCURY_INFO_JOB_SHIFT	9
+#define MERCURY_INFO_JOB	(0xf << MERCURY_INFO_JOB_SHIFT)
 
 #endif /* _UAPI_MERCURY_H */

@@ -50,8 +50,10 @@ struct mercury_sock {
 	__u32 cnt;		/* weighted-AI accumulator */
 	__u32 last_backoff_us;	/* low 32 bits of tcp_mstamp at last yield */
 	__u32 holds;		/* times held */
+	__u64 yield_since_us;	/* this run of delayed samples began; 0: none */
 	__u16 weight;
 	__u8 rank;
+	__u8 job;		/* < MERCURY_NUM_JOBS */
 	__u8 flags;
 };
 
@@ -127,18 +129,19 @@ static __always_inline struct mercury_bpf_state *mercury_state_find(__u64 netns)
 	return bpf_map_lookup_elem(&mercury_state, &netns);
 }
 
+/* A new netns's state, all zero: too big for the 512-byte BPF stack. */
+static struct mercury_bpf_state mercury_zero_state;
+
 /* Created on first use: the agent deletes a netns's state only while it has
  * no mercury sockets. */
 static __always_inline struct mercury_bpf_state *mercury_state_of(__u64 netns)
 {
-	struct mercury_bpf_state zero;
 	struct mercury_bpf_state *st;
 
 	st = bpf_map_lookup_elem(&mercury_state, &netns);
 	if (st)
 		return st;
-	__builtin_memset(&zero, 0, sizeof(zero));
-	bpf_map_update_elem(&mercury_state, &netns, &zero, BPF_NOEXIST);
+	bpf_map_update_elem(&mercury_state, &netns, &mercury_zero_state, BPF_NOEXIST);
 	return bpf_map_lookup_elem(&mercury_state, &netns);
 }
 
@@ -250,6 +253,7 @@ static __always_inline void mercury_publish(struct sock *sk,
 		return;
 	pub->tag = ca->tag;
 	pub->rank = ca->rank;
+	pub->job = ca->job;
 	pub->weight = ca->weight;
 	pub->held = !!(ca->flags & MERCURY_F_HELD);
 	pub->holds = ca->holds;
@@ -285,12 +289,14 @@ static __always_inline void mercury_refresh_prio(struct sock *sk,
 	if (e) {
 		ca->rank = e->rank < MERCURY_NUM_RANKS ? e->rank : MERCURY_RANK_NONE;
 		ca->weight = e->weight ? e->weight : MERCURY_WEIGHT_UNIT;
+		ca->job = e->job < MERCURY_NUM_JOBS ? e->job : MERCURY_JOB_NONE;
 		if (e->expires_ns < ca->valid_until_ns)
 			ca->valid_until_ns = e->expires_ns;
 		ca->flags |= MERCURY_F_FOUND;
 	} else {
 		ca->rank = MERCURY_RANK_NONE;
 		ca->weight = MERCURY_WEIGHT_UNIT;
+		ca->job = MERCURY_JOB_NONE;
 		ca->flags &= ~MERCURY_F_FOUND;
 	}
 	mercury_publish(sk, ca);
@@ -337,17 +343,35 @@ static __always_inline void mercury_store(struct tcp_sock *tp,
 	ca->cnt = w->cnt;
 }
 
+/* When each rank of this flow's job last had data out: its precedence. */
+static __always_inline __u64 *mercury_job_stamps(const struct mercury_sock *ca,
+						 struct mercury_bpf_state *st)
+{
+	__u32 job = ca->job;
+
+	/* Checked again here, where the verifier can see it. */
+	if (!st || job >= MERCURY_NUM_JOBS)
+		return NULL;
+	/* Or clang computes st + job's offset before the NULL check, which
+	 * the verifier refuses (arithmetic on map_value_or_null). */
+	barrier_var(st);
+	return st->last_active_us[job];
+}
+
 static __always_inline void mercury_mark_active(struct mercury_sock *ca,
 						struct mercury_bpf_state *st,
 						__u64 now_us)
 {
-	__u32 rank = ca->rank;
+	__u64 *stamps = mercury_job_stamps(ca, st);
+	__u32 rank = ca->rank, job = ca->job;
 
-	if (!st || rank >= MERCURY_NUM_RANKS)
+	if (!stamps || rank >= MERCURY_NUM_RANKS || job >= MERCURY_NUM_JOBS)
 		return;
 	/* Shared by all flows of the rank: write rarely. */
-	if (now_us - st->last_active_us[rank] >= 100)
-		st->last_active_us[rank] = now_us;
+	if (now_us - stamps[rank] >= 100) {
+		stamps[rank] = now_us;
+		st->job_active_us[job] = now_us;
+	}
 }
 
 static __always_inline void mercury_update_hold(struct sock *sk,
@@ -359,6 +383,7 @@ static __always_inline void mercury_update_hold(struct sock *sk,
 	struct tcp_sock *tp = tcp_sk(sk);
 	int held = !!(ca->flags & MERCURY_F_HELD);
 	int in_reduction = mercury_in_cwnd_reduction(sk);
+	const __u64 *stamps = mercury_job_stamps(ca, st);
 	enum mercury_hold_change change;
 	struct mercury_window w;
 
@@ -368,9 +393,8 @@ static __always_inline void mercury_update_hold(struct sock *sk,
 	else if (held && in_reduction)
 		mercury_count(st, MERCURY_BPF_CNT_HELD_IN_RECOVERY);
 	change = mercury_hold_step(&w, &ca->hold, held,
-				   st && mercury_preempted(st->last_active_us,
-							   ca->rank, now_us,
-							   window_us),
+				   stamps && mercury_preempted(stamps, ca->rank,
+							       now_us, window_us),
 				   in_reduction, now_us,
 				   cfg->max_hold_ms, cfg->cwnd_floor);
 	switch (change) {
@@ -426,16 +450,19 @@ void BPF_PROG(mercury_pkts_acked, struct sock *sk,
 	__u64 now_us = tp->tcp_mstamp;
 	__u32 window_us = mercury_hold_window_us(tp->srtt_us >> 3);
 	__s32 rtt_us = sample->rtt_us;
+	const __u64 *stamps;
 	struct mercury_window w;
+	int delayed;
 
 	mercury_refresh_prio(sk, ca, netns, cfg);
+	stamps = mercury_job_stamps(ca, st);
 	/* Delay seen while holding others is their queue draining. */
 	if (rtt_us > 0 &&
 	    mercury_slow_start_done(&ca->ss, tp->snd_cwnd, tp->snd_ssthresh,
 				    rtt_us, tcp_min_rtt(tp), tp->snd_una,
 				    tp->snd_nxt) &&
-	    !(st && mercury_preempting(st->last_active_us, ca->rank, now_us,
-				       window_us)))
+	    !(stamps && mercury_preempting(stamps, ca->rank, now_us,
+					   window_us)))
 		tp->snd_ssthresh = tp->snd_cwnd;
 	if (ca->rank >= MERCURY_NUM_RANKS) {
 		if (ca->flags & MERCURY_F_HELD)	/* lost its rank while held */
@@ -448,11 +475,27 @@ void BPF_PROG(mercury_pkts_acked, struct sock *sk,
 
 	if ((ca->flags & MERCURY_F_HELD) || rtt_us <= 0)
 		return;
-	if (!mercury_should_yield(ca->rank, rtt_us, tcp_min_rtt(tp),
-				  cfg->delay_thresh_us))
-		return;
+	delayed = mercury_should_yield(ca->rank, rtt_us, tcp_min_rtt(tp),
+				       cfg->delay_thresh_us);
+	/* Another job sending from this host: the queue is theirs too. */
+	if (delayed && ca->job != MERCURY_JOB_NONE && st &&
+	    mercury_other_job_active(st->job_active_us, ca->job, now_us,
+				     window_us))
+		delayed = 0;
 	/* At most once an RTT, like TCP-LP. */
-	if ((__u32)now_us - ca->last_backoff_us < (tp->srtt_us >> 3))
+	if (delayed && (__u32)now_us - ca->last_backoff_us < (tp->srtt_us >> 3))
+		return;
+	/* The queue may be another job's: a job's flow yields for a while only. */
+	if (ca->job != MERCURY_JOB_NONE &&
+	    !mercury_yield_allowed(&ca->yield_since_us, delayed, now_us,
+				   cfg->max_hold_ms)) {
+		if (delayed) {
+			ca->last_backoff_us = (__u32)now_us;
+			mercury_count(st, MERCURY_BPF_CNT_YIELD_GRANTS);
+		}
+		return;
+	}
+	if (!delayed)
 		return;
 	ca->last_backoff_us = (__u32)now_us;
 	mercury_load(tp, ca, &w);

@@ -9,9 +9,9 @@ AGENT_SOCK=/run/mercury-test.sock
 AGENT_PID=""
 
 # Started with ip netns exec directly (not the in_ns function) so that $! is
-# the daemon itself, not a subshell: the tests kill it.
+# the daemon itself, not a subshell: the tests kill it. ARGS: more options.
 agent_start() {
-	$IP netns exec h1 mercuryd --socket $AGENT_SOCK --entry-ttl-ms 1500 --check-ms 200 2>>/tmp/mercuryd.log &
+	$IP netns exec h1 mercuryd --socket $AGENT_SOCK --entry-ttl-ms 1500 --check-ms 200 "$@" 2>>/tmp/mercuryd.log &
 	AGENT_PID=$!
 	wait_for 50 test -S $AGENT_SOCK
 }
@@ -214,13 +214,13 @@ test_agent_metrics() {
 
 # mercuryctl flows: every mercury socket of the netns, from sock_diag (the
 # module's get_info, or the BPF program's socket storage), joined with the
-# agent's registrations. Columns: local remote job layer rank weight tag
-# held holds cwnd srtt_us bytes_acked.
+# agent's registrations. Columns: local remote job id layer rank weight
+# tag held holds cwnd srtt_us bytes_acked (id: the job id the datapath has).
 FLOWS=/tmp/flows.txt
 job_rows() { awk '$3 == "test"' $FLOWS; }
 flows_now() { ctl h1 flows --socket $AGENT_SOCK >$FLOWS 2>&1; }
 layer_held() {	# layer_held LAYER: flows shows it held at least once
-	flows_now && [ "$(job_rows | awk -v l="$1" '$4 == l { print $9 }')" -ge 1 ]
+	flows_now && [ "$(job_rows | awk -v l="$1" '$5 == l { print $10 }')" -ge 1 ]
 }
 test_agent_flows() {
 	local ranks unsent
@@ -232,15 +232,15 @@ test_agent_flows() {
 	expect flows/listed "sockets the agent knows as job test: $(job_rows | wc -l)" [ "$(job_rows | wc -l)" = 4 ]
 	# Layers 1 and 2 send nothing: their sockets have not looked up a rank
 	# yet ("-"); the sending ones run at theirs.
-	ranks=$(job_rows | awk '{ print $4 ":" $5 }' | sort -n | tr '\n' ' ')
+	ranks=$(job_rows | awk '{ print $5 ":" $6 }' | sort -n | tr '\n' ' ')
 	expect flows/layers-and-ranks "layer:rank $ranks" \
 		sh -c "echo '$ranks' | grep -Eq '^0:0 1:[-2] 2:[-4] 3:6 \$'"
-	expect flows/tcp-info "cwnd of every one > 0: $(job_rows | awk '{ printf "%s ", $10 }')" \
-		[ -z "$(job_rows | awk '$10 < 1')" ]
+	expect flows/tcp-info "cwnd of every one > 0: $(job_rows | awk '{ printf "%s ", $11 }')" \
+		[ -z "$(job_rows | awk '$11 < 1')" ]
 	# Layer 3 (rank 6) sends beside layer 0 (rank 0): held, and counted.
 	wait_for 50 layer_held 3
-	expect flows/held-counted "layer 3's holds: $(job_rows | awk '$4 == 3 { print $9 }')" layer_held 3
-	unsent=$(job_rows | awk '($4 == 0 || $4 == 3) && $12 < 1')
+	expect flows/held-counted "layer 3's holds: $(job_rows | awk '$5 == 3 { print $10 }')" layer_held 3
+	unsent=$(job_rows | awk '($5 == 0 || $5 == 3) && $13 < 1')
 	expect flows/bytes-acked "layers 0 and 3 have bytes acked${unsent:+: not $unsent}" [ -z "$unsent" ]
 	ctl h1 --json flows --socket $AGENT_SOCK >/tmp/flows.json 2>&1
 	expect flows/json "4 objects of job test: $(grep -o '"job":"test"' /tmp/flows.json | wc -l)" \

@@ -72,7 +72,20 @@ check flow-steal-refused grep -q "refused: errno $(/usr/bin/python3 -c 'import e
 	echo "  thief: $thief"
 status=$("$bin/mercuryctl" --json status --socket "$sock")
 text=$("$bin/mercuryctl" status --socket "$sock")
-check status-job grep -q '"job":"py-job","worker":2' <<<"$status"
+check status-job grep -q '"job":"py-job","job_id":0,"job_weight":1,"worker":2' <<<"$status"
+# A job's weight is an operator's call: root sets it, anyone else gets EPERM
+# and changes nothing.
+setpriv --reuid 65534 --regid 65534 --clear-groups "$bin/mercuryctl" job set py-job --weight 5 --socket "$sock" \
+	>"$dir/weight-nobody.out" 2>&1
+rc=$?
+check job-weight-unprivileged-refused sh -c "[ $rc = 1 ] && grep -q 'needs root' '$dir/weight-nobody.out'" ||
+	echo "  nobody: exit $rc, $(head -1 "$dir/weight-nobody.out")"
+check job-weight-unprivileged-unchanged grep -q '"job":"py-job","job_id":0,"job_weight":1,' \
+	<<<"$("$bin/mercuryctl" --json status --socket "$sock")"
+"$bin/mercuryctl" job set py-job --weight 5 --socket "$sock" >"$dir/weight-root.out" 2>&1
+check job-weight-set sh -c "grep -q '^job py-job weight 5\$' '$dir/weight-root.out'" || cat "$dir/weight-root.out"
+check job-weight-shown grep -q '"job":"py-job","job_id":0,"job_weight":5,' \
+	<<<"$("$bin/mercuryctl" --json status --socket "$sock")"
 check status-learned grep -q '"name":"attn","param_bytes":8192,"forward_us":500,"backward_us":900,"deadline_us":300' <<<"$status"
 check status-flow-registered grep -q '"name":"attn".*"flows":\["cookie:'"$cookie"'"\]' <<<"$status"
 check status-thief-gone grep -vq '"job":"thief' <<<"$status"
@@ -82,7 +95,7 @@ check status-text grep -q 'job py-job worker 2' <<<"$text"
 # The same from Python: python3 -m mercury status, which speaks the protocol itself.
 pymercury() { PYTHONPATH="$py" LIBMERCURY="$lib/libmercury.so" /usr/bin/python3 -m mercury "$@"; }
 pystatus=$(pymercury status --json --socket "$sock")
-check python-status-json grep -q '"job": "py-job", "worker": 2' <<<"$pystatus" ||
+check python-status-json grep -q '"job": "py-job", "job_id": 0, "job_weight": 5, "worker": 2' <<<"$pystatus" ||
 	echo "  python3 -m mercury status --json: $pystatus"
 check python-status-json-lib grep -q '"libmercury": true' <<<"$pystatus"
 pytext=$(pymercury status --socket "$sock")

@@ -8,6 +8,8 @@
 # (sockets using it keep working), recovery after the loader is killed.
 #
 # usage: bpf_tests.sh BIN_DIR      (as root; prints PASS/FAIL lines)
+# env: ONLY="jobs_agent weights ..." runs just those tests (test_NAME), for
+#      working on them; make test runs them all.
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(cd "$1" && pwd)
@@ -16,6 +18,7 @@ cd "$top/tests/cc"
 . ./lib.sh
 . ./behaviour.sh
 . ./agent.sh
+. ./jobs.sh
 SCRIPTS=$top/scripts PROFILES=$top/tests/experiment/profiles
 . ./replay.sh
 SUITE=bpf
@@ -302,11 +305,22 @@ if registered; then
 	exit 1
 fi
 rm -f /run/mercury/bpf/mercury_*	# a crashed earlier run's
-start_loader || { fail bpf/load "mercuryd --datapath=bpf did not register: $(tail -3 "$LOADER_LOG")"; summary; exit 1; }
+start_loader || {
+	fail bpf/load "mercuryd --datapath=bpf did not register: $(tail -3 "$LOADER_LOG")"
+	stop_loader KILL	# it keeps retrying otherwise, and holds the test socket
+	summary
+	exit 1
+}
 
+if [ -n "${ONLY:-}" ]; then
+	for t in $ONLY; do run_test "$t"; done
+	stop_loader TERM
+	summary
+	exit
+fi
 run_test register
 run_test concurrent_writers
-for t in $BEHAVIOUR_TESTS $AGENT_TESTS replay_modes; do
+for t in $BEHAVIOUR_TESTS $AGENT_TESTS $JOBS_TESTS replay_modes; do
 	run_test "$t"
 done
 run_test unregister

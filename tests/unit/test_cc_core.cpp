@@ -210,6 +210,58 @@ TEST_CASE("starvation guard keeps granting after hours of continuous holding", "
     }
 }
 
+TEST_CASE("precedence is per job: another job's urgent rank holds nobody", "[core][jobs]")
+{
+    // As both datapaths keep it: one row of activity stamps per job.
+    __u64 last[MERCURY_NUM_JOBS][MERCURY_NUM_RANKS] = {};
+    const __u64 now = 1'000'000;
+    last[1][0] = now - 100;   // job 1's rank 0 is sending
+
+    CHECK(mercury_preempted(last[1], 5, now, 1000));         // job 1's rank 5: held
+    CHECK_FALSE(mercury_preempted(last[2], 5, now, 1000));   // job 2's rank 5: not
+    CHECK_FALSE(mercury_preempted(last[MERCURY_JOB_NONE], 5, now, 1000));   // nor a flow with no job
+    CHECK(mercury_preempting(last[1], 0, now + 1, 1000) == 0);
+    last[2][6] = now - 100;
+    CHECK(mercury_preempting(last[2], 3, now, 1000));        // job 2's rank 3 holds its rank 6
+    CHECK_FALSE(mercury_preempting(last[1], 3, now, 1000));  // but not in job 1
+}
+
+TEST_CASE("another job sending from this host is seen within the window", "[core][jobs]")
+{
+    __u64 job_active[MERCURY_NUM_JOBS] = {};
+    const __u64 now = 5'000'000;
+    CHECK_FALSE(mercury_other_job_active(job_active, 1, now, 1000));   // nobody
+    job_active[1] = now - 10;
+    CHECK_FALSE(mercury_other_job_active(job_active, 1, now, 1000));   // only itself
+    CHECK(mercury_other_job_active(job_active, 2, now, 1000));
+    CHECK(mercury_other_job_active(job_active, MERCURY_JOB_NONE, now, 1000));
+    job_active[1] = now - 1000;                                         // out of the window
+    CHECK_FALSE(mercury_other_job_active(job_active, 2, now, 1000));
+    job_active[MERCURY_JOB_NONE] = now + 5;                             // a stamp ahead of our clock
+    CHECK(mercury_other_job_active(job_active, 2, now, 1000));
+}
+
+TEST_CASE("a job's flow yields to delay for max_hold at a stretch, then gets max_hold/8", "[core][jobs]")
+{
+    __u64 since = 0;
+    const __u64 t0 = 50'000'000;
+    CHECK_FALSE(mercury_yield_allowed(&since, 0, t0, 1000));   // no delay: nothing to yield to
+    CHECK(since == 0);
+    CHECK(mercury_yield_allowed(&since, 1, t0, 1000));         // a run of delay begins
+    CHECK(since == t0);
+    CHECK(mercury_yield_allowed(&since, 1, t0 + 999'000, 1000));
+    CHECK_FALSE(mercury_yield_allowed(&since, 1, t0 + 1'000'000, 1000));   // grace: keeps its window
+    CHECK_FALSE(mercury_yield_allowed(&since, 1, t0 + 1'124'000, 1000));
+    CHECK(mercury_yield_allowed(&since, 1, t0 + 1'125'000, 1000));         // next period
+    // Hours of another job's queue: the grace still comes back.
+    CHECK_FALSE(mercury_yield_allowed(&since, 1, t0 + (10ull << 32) * 1'125'000 + 1'000'000, 1000));
+    // One sample without delay ends the run; the next starts afresh.
+    CHECK_FALSE(mercury_yield_allowed(&since, 0, t0 + 1'130'000, 1000));
+    CHECK(since == 0);
+    CHECK(mercury_yield_allowed(&since, 1, t0 + 2'000'000, 1000));
+    CHECK(since == t0 + 2'000'000);
+}
+
 TEST_CASE("delay thresholds: rank 0 never yields, less urgent ranks yield sooner", "[core]")
 {
     CHECK(mercury_delay_threshold_us(0, 1000) == 0);

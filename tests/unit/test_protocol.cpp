@@ -45,8 +45,19 @@ TEST_CASE("every message type survives encode/decode", "[protocol]")
     for (const Message& m : std::vector<Message>{
              Hello{"resnet50", 3, 1234}, HelloAck{7}, model, t, by_cookie, by_tuple, by_fd, by_v6, Iteration{9},
              StatusRequest{StatusFormat::kText}, StatusReply{"{\"jobs\":[]}"}, Error{22, "bad"}, RegisterLane{2, 4},
-             SubscribeRanks{}, Ranks{3, true, {0, 0, 1, 7}}, Ranks{0, false, {}}})
+             SubscribeRanks{}, Ranks{3, true, {0, 0, 1, 7}}, Ranks{0, false, {}}, JobWeight{"vgg16-a", 3}})
         CHECK(round_trip(m) == m);
+}
+
+TEST_CASE("a job weight names a job and is 1..64", "[protocol]")
+{
+    const auto type = static_cast<uint8_t>(Type::JobWeight);
+    // string "a" (u16 length 1), weight (u16)
+    CHECK(decode(frame_with(5, kVersion, type, {1, 0, 'a', 64, 0})).status == DecodeStatus::kOk);
+    CHECK(decode(frame_with(5, kVersion, type, {1, 0, 'a', 65, 0})).status == DecodeStatus::kMalformed);
+    CHECK(decode(frame_with(5, kVersion, type, {1, 0, 'a', 0, 0})).status == DecodeStatus::kMalformed);
+    CHECK(decode(frame_with(4, kVersion, type, {0, 0, 1, 0})).status == DecodeStatus::kMalformed);   // no name
+    CHECK(decode(frame_with(0, kVersion, static_cast<uint8_t>(type + 1), {})).status == DecodeStatus::kUnknownType);
 }
 
 TEST_CASE("names from clients are shown without control bytes", "[protocol]")

@@ -7,6 +7,7 @@
 . ./lib.sh
 . ./behaviour.sh
 . ./agent.sh
+. ./jobs.sh
 . ./replay.sh
 
 KO=/lib/modules/$(uname -r)/extra/tcp_mercury.ko
@@ -279,7 +280,7 @@ test_unit_caps() {
 
 dmesg -c >/dev/null
 for t in module_params autoload $BEHAVIOUR_TESTS ss_info netlink_bad_input netlink_random_fuzz netns_delete global_cap \
-	scale memcg $AGENT_TESTS unit_caps agent_module_reload replay_modes unload boot_files; do
+	scale memcg $AGENT_TESTS $JOBS_TESTS unit_caps agent_module_reload replay_modes unload boot_files; do
 	run_test $t
 done
 kernel_clean final && pass vm/kernel-log "no WARNING/BUG/Oops/leak in dmesg"

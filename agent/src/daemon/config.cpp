@@ -9,6 +9,8 @@
 #include <iostream>
 #include <map>
 
+#include "protocol/wire.hpp"
+
 namespace mercury {
 
 namespace {
@@ -39,6 +41,14 @@ Options (each may also be set in the config file, TOML: `key = "text"` or
                        lanes); more are refused with ENOSPC (default 16384)
   --frame-timeout-ms N a client that leaves a frame incomplete this long is
                        disconnected with ETIMEDOUT (default 10000)
+  --isolate-jobs BOOL  true: each job (trainers of one job name) gets its own
+                       datapath job id, so one job's ranks never hold another
+                       job's flows (needs tcp_mercury of this version, or the
+                       BPF datapath); false: ranks order every flow on the
+                       host, as before (default false)
+  --job-weight N       weight of a job that `mercuryctl job set` did not
+                       weigh, 1..64: its entries' weights are multiplied by
+                       it (default 1)
   --entry-ttl-ms N     lifetime of kernel entries, refreshed at 1/3 (default 10000)
   --check-ms N         how often to check on the datapath (default 1000)
   --log-level LEVEL    debug, info, warn or error (default info)
@@ -95,6 +105,14 @@ std::string apply(Config& c, const std::string& key, const std::string& value)
         if (!to_unsigned(value, n) || n < 1 || n > 1000000)
             return "max_flows_per_client must be 1..1000000";
         c.max_flows_per_client = n;
+    } else if (key == "isolate_jobs") {
+        if (value != "true" && value != "false")
+            return "isolate_jobs must be true or false";
+        c.isolate_jobs = value == "true";
+    } else if (key == "job_weight") {
+        if (!to_unsigned(value, n) || n < 1 || n > proto::kMaxJobWeight)
+            return "job_weight must be 1..64";
+        c.job_weight = n;
     } else if (key == "frame_timeout_ms") {
         if (!to_unsigned(value, n) || n < 100 || n > 600000)
             return "frame_timeout_ms must be 100..600000";
@@ -140,6 +158,8 @@ std::string read_file(const std::string& path, Settings& out, std::map<std::stri
         const std::string line = path + ":" + std::to_string(node.source().begin.line);
         if (const auto text = node.value_exact<std::string>()) {
             out[name] = *text;
+        } else if (const auto flag = node.value_exact<bool>()) {
+            out[name] = *flag ? "true" : "false";
         } else if (const auto number = node.value_exact<int64_t>()) {
             if (*number < 0)
                 return line + ": " + name + " must not be negative";
@@ -149,7 +169,7 @@ std::string read_file(const std::string& path, Settings& out, std::map<std::stri
                           static_cast<unsigned long long>(*number));
             out[name] = buf;
         } else {
-            return line + ": " + name + " must be text or a whole number";
+            return line + ": " + name + " must be text, a whole number or true/false";
         }
         where[name] = line;
     }
@@ -237,9 +257,11 @@ std::string reload_config(Config& current, const std::vector<std::string>& args)
     bool help = false;
     if (auto err = build(args, fresh, help); !err.empty())
         return err;
-    // The socket, the datapath and the metrics address stay as they are
-    // until a restart.
+    // The socket, the datapath, the metrics address and the job settings
+    // (jobs hold their ids and weights) stay as they are until a restart.
     fresh.socket = current.socket;
+    fresh.isolate_jobs = current.isolate_jobs;
+    fresh.job_weight = current.job_weight;
     fresh.datapath = current.datapath;
     fresh.metrics = current.metrics;
     current = fresh;

@@ -20,6 +20,8 @@ struct Config {
     SocketOptions socket;
     KernelSyncOptions kernel;
     unsigned max_flows_per_client = 16384;   // registered connections per trainer
+    bool isolate_jobs = false;               // a datapath job id per job name
+    unsigned job_weight = 1;                 // jobs mercuryctl job set did not weigh
     std::string metrics;                     // ADDR:PORT of /metrics; empty: off
     LogLevel log_level = LogLevel::kInfo;
 };

@@ -3,9 +3,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 
+#include "mercury/uapi.h"
 #include "printable.hpp"
 
 namespace mercury {
@@ -24,6 +27,7 @@ int JobRegistry::open(uint32_t session, const proto::Hello& hello, uint32_t uid)
         return EALREADY;
     Job job;
     job.name = hello.job;
+    job.id = acquire_id(hello.job);
     job.worker_rank = hello.worker_rank;
     job.pid = hello.pid;
     job.uid = uid;
@@ -94,6 +98,64 @@ void JobRegistry::forget_flows(const Job& job)
         owners_.erase(key);
 }
 
+uint8_t JobRegistry::acquire_id(const std::string& name)
+{
+    if (!isolate_jobs_)
+        return MERCURY_JOB_NONE;
+    if (auto it = ids_.find(name); it != ids_.end()) {
+        ++it->second.sessions;
+        return it->second.id;
+    }
+    std::array<bool, MERCURY_NUM_JOBS> used{};
+    for (const auto& [other, use] : ids_)
+        used[use.id] = true;
+    for (uint8_t id = 1; id < MERCURY_NUM_JOBS; ++id) {
+        if (!used[id]) {
+            ids_[name] = IdUse{id, 1};
+            return id;
+        }
+    }
+    // More jobs than ids: this one shares job 0's precedence (as without isolation).
+    return MERCURY_JOB_NONE;
+}
+
+void JobRegistry::release_id(const std::string& name)
+{
+    const auto it = ids_.find(name);
+    if (it != ids_.end() && --it->second.sessions == 0)
+        ids_.erase(it);
+}
+
+void JobRegistry::set_job_weight(const std::string& name, uint16_t weight)
+{
+    weights_[name] = weight;
+    for (const auto& [session, job] : jobs_)
+        if (job.name == name)
+            push_all_entries(job);
+    kernel_.flush();
+}
+
+uint16_t JobRegistry::job_weight(const std::string& name) const
+{
+    const auto it = weights_.find(name);
+    return it == weights_.end() ? default_weight_ : it->second;
+}
+
+EntryValue JobRegistry::entry(const Job& job, uint8_t rank, uint16_t weight) const
+{
+    const uint32_t scaled = uint32_t{weight} * job_weight(job.name);
+    return {rank, static_cast<uint16_t>(std::clamp<uint32_t>(scaled, MERCURY_WEIGHT_MIN, MERCURY_WEIGHT_MAX)), job.id};
+}
+
+void JobRegistry::push_all_entries(const Job& job)
+{
+    for (const auto& [layer, key] : job.flows)
+        if (layer < job.priorities.size())
+            kernel_.set(key, entry(job, job.priorities[layer].rank, job.priorities[layer].weight));
+    for (const auto& [key, rank] : job.lane_flows)
+        kernel_.set(key, entry(job, rank, EntryValue{}.weight));
+}
+
 bool JobRegistry::full(const Job& job) const
 {
     return job.flows.size() + job.lane_flows.size() >= max_flows_per_session_;
@@ -113,7 +175,7 @@ int JobRegistry::register_flow(uint32_t session, uint32_t layer, const FlowKey& 
     owners_[key] = Owner{session, false, layer};
     // Only this connection's entry: the layer's priority is already known.
     const auto& p = job->priorities[layer];
-    kernel_.set(key, EntryValue{p.rank, p.weight});
+    kernel_.set(key, entry(*job, p.rank, p.weight));
     kernel_.flush();
     return 0;
 }
@@ -131,7 +193,7 @@ int JobRegistry::register_lane(uint32_t session, uint8_t lane, uint8_t lanes, co
     const uint8_t rank = proto::lane_rank(lane, lanes);
     job->lane_flows[key] = rank;
     owners_[key] = Owner{session, true, 0};
-    kernel_.set(key, EntryValue{rank, EntryValue{}.weight});
+    kernel_.set(key, entry(*job, rank, EntryValue{}.weight));
     kernel_.flush();
     return 0;
 }
@@ -165,6 +227,7 @@ void JobRegistry::close(uint32_t session)
     for (const auto& [key, rank] : job->lane_flows)
         kernel_.remove(key);
     forget_flows(*job);
+    release_id(job->name);
     jobs_.erase(session);
     kernel_.flush();
 }
@@ -179,7 +242,7 @@ void JobRegistry::publish(uint32_t session, Job& job)
         if (layer < job.priorities.size() && job.priorities[layer].rank == p.rank &&
             job.priorities[layer].weight == p.weight)
             continue;
-        kernel_.set(key, EntryValue{p.rank, p.weight});
+        kernel_.set(key, entry(job, p.rank, p.weight));
     }
     job.priorities = std::move(fresh);
     kernel_.flush();
@@ -225,7 +288,8 @@ std::string JobRegistry::status_json() const
                               {"deadline_us", p.deadline_us}, {"rank", p.rank}, {"weight", p.weight},
                               {"flows", std::move(flows)}});
         }
-        status["jobs"].push_back({{"session", session}, {"job", job.name}, {"worker", job.worker_rank},
+        status["jobs"].push_back({{"session", session}, {"job", job.name}, {"job_id", job.id},
+                                  {"job_weight", job_weight(job.name)}, {"worker", job.worker_rank},
                                   {"pid", job.pid}, {"iteration", job.iteration},
                                   {"timing_reports", job.timing_reports}, {"lanes", std::move(lanes)},
                                   {"layers", std::move(layers)}});
@@ -246,7 +310,8 @@ std::string JobRegistry::status_text() const
         out += "\njob " + printable(job.name) + " worker " + std::to_string(job.worker_rank) + " pid " +
                std::to_string(job.pid) + ": iteration " + std::to_string(job.iteration) + ", " +
                std::to_string(job.timing_reports) + " timing reports, " + std::to_string(job.lane_flows.size()) +
-               " lane connections\n";
+               " lane connections, job weight " + std::to_string(job_weight(job.name)) +
+               (job.id ? ", job id " + std::to_string(job.id) : "") + "\n";
         char line[256];
         std::snprintf(line, sizeof(line), "  %-4s %-24s %12s %9s %9s %10s %4s %6s %s\n", "#", "layer", "param_bytes",
                       "fwd_us", "bwd_us", "deadline", "rank", "weight", "flows");

@@ -19,6 +19,7 @@ namespace mercury {
 
 struct Job {
     std::string name;
+    uint8_t id = 0;   // the datapath's job id (0: none, isolation off or ids used up)
     uint32_t worker_rank = 0;
     uint32_t pid = 0;
     uint32_t uid = 0;
@@ -42,6 +43,14 @@ public:
     void set_notifier(RanksNotifier notify) { notify_ = std::move(notify); }
     // Connections one session may register (layers and lanes): ENOSPC beyond.
     void set_max_flows_per_session(size_t n) { max_flows_per_session_ = n; }
+    // Give each job (sessions of one name) its own datapath job id, so its
+    // ranks order only its own flows. Set before the first session opens.
+    void set_isolate_jobs(bool on) { isolate_jobs_ = on; }
+    // A job's weight multiplies its entries' weights (its share against
+    // other jobs); jobs without one get @default_weight.
+    void set_default_job_weight(uint16_t weight) { default_weight_ = weight; }
+    void set_job_weight(const std::string& name, uint16_t weight);
+    uint16_t job_weight(const std::string& name) const;
 
     // Each returns an errno-style error (0 = fine) the session reports.
     int open(uint32_t session, const proto::Hello& hello, uint32_t uid);
@@ -69,6 +78,10 @@ private:
     void forget_flow(const FlowKey& key);  // in whichever job holds it
     void forget_flows(const Job& job);     // the owner index's entries of @job
     bool full(const Job& job) const;
+    uint8_t acquire_id(const std::string& name);   // 0 when isolation is off or all ids are taken
+    void release_id(const std::string& name);
+    EntryValue entry(const Job& job, uint8_t rank, uint16_t weight) const;
+    void push_all_entries(const Job& job);   // after its weight changed
 
     // Which session holds a connection, and as which layer (or lane): a
     // claim is found without walking every job's flows.
@@ -83,6 +96,16 @@ private:
     std::map<uint32_t, Job> jobs_;
     std::map<FlowKey, Owner, FlowKeyLess> owners_;
     size_t max_flows_per_session_ = 16384;
+    bool isolate_jobs_ = false;
+    // Job ids in use, by job name: one per job however many of its sessions
+    // (workers) run on this host.
+    struct IdUse {
+        uint8_t id = 0;
+        size_t sessions = 0;
+    };
+    std::map<std::string, IdUse> ids_;
+    std::map<std::string, uint16_t> weights_;   // set by mercuryctl job set
+    uint16_t default_weight_ = 1;
 };
 
 }  // namespace mercury

@@ -66,6 +66,7 @@ bool KernelSync::connect()
     }
     log_.info("using the datapath", {{"datapath", std::string(nl_->name())}, {"entries", std::to_string(desired_.size())}});
     warned_absent_ = false;
+    warned_no_jobs_ = false;
     ++stats_.reconnects;
     pushed_.clear();
     dirty_.clear();  // everything goes now
@@ -94,7 +95,17 @@ Status KernelSync::timed(const std::function<Status()>& call)
 
 bool KernelSync::push(const FlowKey& key, const EntryValue& value)
 {
-    const Status s = timed([&] { return nl_->set_flow(key, Priority{value.rank, value.weight, options_.ttl_ms}); });
+    // An older module has no jobs: ranks still apply, shared by all jobs.
+    uint8_t job = value.job;
+    if (job && !nl_->supports_jobs()) {
+        if (!warned_no_jobs_)
+            log_.warn("the loaded tcp_mercury predates jobs (netlink version 1): jobs share one precedence "
+                      "until it is replaced by this version's module");
+        warned_no_jobs_ = true;
+        job = 0;
+    }
+    const Status s =
+        timed([&] { return nl_->set_flow(key, Priority{value.rank, value.weight, options_.ttl_ms, job}); });
     if (!s) {
         ++stats_.errors;
         // The family went away (module unloaded or reloaded): start over.

@@ -24,6 +24,7 @@ struct FlowKeyLess {
 struct EntryValue {
     uint8_t rank = 0;
     uint16_t weight = 16;
+    uint8_t job = 0;   // 0: no job (precedence shared with every job-0 flow)
     bool operator==(const EntryValue&) const = default;
 };
 
@@ -84,6 +85,7 @@ private:
     Stats datapath_stats_;
     PushObserver observe_push_;
     bool warned_absent_ = false;
+    bool warned_no_jobs_ = false;
     bool stopped_ = false;
 };
 

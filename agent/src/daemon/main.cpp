@@ -68,6 +68,8 @@ int main(int argc, char** argv)
     mercury::KernelSync kernel(io, log, datapath, config.kernel);
     mercury::JobRegistry jobs(kernel);
     jobs.set_max_flows_per_session(config.max_flows_per_client);
+    jobs.set_isolate_jobs(config.isolate_jobs);
+    jobs.set_default_job_weight(static_cast<uint16_t>(config.job_weight));
     mercury::TrainerServer server(io, log, jobs);
     mercury::SystemdNotifier systemd(io);
     try {

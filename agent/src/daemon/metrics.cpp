@@ -45,6 +45,8 @@ constexpr std::array kDatapathMetrics{
                    "Times a flow yielded to queueing delay caused by more urgent traffic elsewhere."},
     DatapathMetric{"starve_grants", "mercury_datapath_starvation_grants_total", MetricType::Counter,
                    "Holds lifted by the starvation guard (max_hold_ms)."},
+    DatapathMetric{"yield_grants", "mercury_datapath_yield_grants_total", MetricType::Counter,
+                   "Delay yields a job's flow skipped: it had yielded for max_hold_ms at a stretch."},
     DatapathMetric{"loss_events", "mercury_datapath_loss_events_total", MetricType::Counter,
                    "Window reductions on loss, recovery or CWR (ssthresh calls)."},
     DatapathMetric{"recoveries", "mercury_datapath_recoveries_total", MetricType::Counter,

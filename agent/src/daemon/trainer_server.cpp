@@ -379,6 +379,14 @@ bool Session::handle(const proto::Message& msg)
         send(proto::StatusReply{req->format == proto::StatusFormat::kText ? jobs.status_text() : jobs.status_json()});
         return true;
     }
+    if (const auto* weight = std::get_if<proto::JobWeight>(&msg)) {
+        // A job's weight takes link share from every other job: an operator's call.
+        if (peer_uid_ != 0)
+            return fail(EPERM, "setting a job's weight needs root");
+        jobs.set_job_weight(weight->job, weight->weight);
+        server_.log_.info("job weight set", {{"job", weight->job}, {"weight", std::to_string(weight->weight)}});
+        return true;
+    }
     if (const auto* hello = std::get_if<proto::Hello>(&msg)) {
         if (hello_)
             return fail(EPROTO, "second Hello");

@@ -109,7 +109,7 @@ uint32_t expires_ms(const mercury_bpf_entry& e, uint64_t now)
 constexpr std::array<const char*, MERCURY_BPF_CNT_MAX> kCounterNames{
     "flows_init", "flows_released", "holds", "releases", "starve_grants",
     "delay_backoffs", "loss_events", "cwnd_fixups", "recoveries", "recoveries_from_cwr",
-    "held_in_recovery", "hold_leaks", "global_uncounted",
+    "held_in_recovery", "hold_leaks", "yield_grants", "global_uncounted",
 };
 
 mercury_bpf_config default_config()
@@ -267,7 +267,7 @@ Status put_entry(int map, const Key& key, const mercury_bpf_entry& e, const merc
         return errno == E2BIG ? Status{-ENOSPC, std::string("the BPF ") + what + " map is full (shared by all "
                                                 "network namespaces)"}
                               : errno_status(std::string("cannot set the ") + what);
-    change.moved = !(exists && old.rank == e.rank && old.weight == e.weight);
+    change.moved = !(exists && old.rank == e.rank && old.weight == e.weight && old.job == e.job);
     change.entries = exists ? 0 : 1;
     return {};
 }
@@ -292,6 +292,7 @@ Status BpfMaps::entry_for(const Priority& prio, mercury_bpf_entry& out) const
     out = mercury_bpf_entry{};
     out.rank = prio.rank;
     out.weight = prio.weight.value_or(MERCURY_WEIGHT_UNIT);
+    out.job = prio.job;
     out.expires_ns = monotonic_ns() + static_cast<uint64_t>(ttl_ms) * 1000000ULL;
     return {};
 }
@@ -388,7 +389,7 @@ Status BpfMaps::dump_tags(std::vector<TagEntry>& out)
     out.clear();
     const uint64_t now = monotonic_ns();
     for_each_live<mercury_bpf_tag_key>(tags_.get(), netns_, now, [&](const auto& k, const mercury_bpf_entry& e) {
-        out.push_back(TagEntry{k.tag, e.rank, e.weight, expires_ms(e, now)});
+        out.push_back(TagEntry{k.tag, e.rank, e.weight, e.job, expires_ms(e, now)});
     });
     return {};
 }
@@ -414,6 +415,7 @@ Status BpfMaps::dump_flows(std::vector<FlowEntry>& out)
         }
         f.rank = e.rank;
         f.weight = e.weight;
+        f.job = e.job;
         f.expires_ms = expires_ms(e, now);
         out.push_back(f);
     });
@@ -574,6 +576,7 @@ Status BpfMaps::list_sockets(std::vector<SocketView>& out)
             v.weight = st.weight;
             v.tag = st.tag;
             v.held = st.held != 0;
+            v.job = st.job;
             v.holds = st.holds;
         }
         out.push_back(v);

@@ -40,6 +40,7 @@ public:
     static Status open(std::unique_ptr<BpfMaps>& out);
 
     std::string_view name() const override { return "bpf"; }
+    bool supports_jobs() const override { return true; }
     Status set_tag(uint32_t tag, const Priority& prio) override;
     Status del_tag(uint32_t tag) override;
     Status set_flow(const FlowKey& key, const Priority& prio) override;

@@ -113,6 +113,8 @@ Status validate(const Priority& prio)
         return out_of_range("rank", prio.rank, 0, MERCURY_NUM_RANKS - 1);
     if (prio.weight && (*prio.weight < MERCURY_WEIGHT_MIN || *prio.weight > MERCURY_WEIGHT_MAX))
         return out_of_range("weight", *prio.weight, MERCURY_WEIGHT_MIN, MERCURY_WEIGHT_MAX);
+    if (prio.job >= MERCURY_NUM_JOBS)
+        return out_of_range("job", prio.job, 0, MERCURY_NUM_JOBS - 1);
     return check_range(prio.ttl_ms, "ttl_ms", MERCURY_TTL_MS_MIN, MERCURY_TTL_MS_MAX);
 }
 

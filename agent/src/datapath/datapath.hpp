@@ -30,6 +30,7 @@ struct TagEntry {
     uint32_t tag = 0;
     uint8_t rank = 0;
     uint16_t weight = 0;
+    uint8_t job = 0;
     uint32_t expires_ms = 0;
 };
 
@@ -37,6 +38,7 @@ struct FlowEntry {
     FlowKey key;
     uint8_t rank = 0;
     uint16_t weight = 0;
+    uint8_t job = 0;
     uint32_t expires_ms = 0;
 };
 
@@ -44,6 +46,7 @@ struct Priority {
     uint8_t rank = 0;
     std::optional<uint16_t> weight;   // datapath default: one Reno flow
     std::optional<uint32_t> ttl_ms;   // datapath default: entry_ttl_ms
+    uint8_t job = 0;                  // 0: no job (netlink version 1 behaviour)
 };
 
 // Per-netns parameters; unset fields are left alone by set_params().
@@ -87,6 +90,7 @@ struct SocketView {
     std::optional<uint8_t> rank;   // nullopt: unranked
     uint16_t weight = 0;
     uint32_t tag = 0;              // its SO_PRIORITY
+    uint8_t job = 0;               // the job its entry names (0: none)
     bool held = false;
     uint32_t holds = 0;            // times it was held
     uint32_t cwnd = 0;
@@ -99,6 +103,9 @@ public:
     virtual ~Datapath() = default;
 
     virtual std::string_view name() const = 0;   // "kmod" or "bpf"
+    // Entries may name a job (Priority::job): a module of netlink version 2
+    // or later, or the BPF datapath. Version 1 refuses the attribute.
+    virtual bool supports_jobs() const = 0;
     virtual Status set_tag(uint32_t tag, const Priority& prio) = 0;
     virtual Status del_tag(uint32_t tag) = 0;
     virtual Status set_flow(const FlowKey& key, const Priority& prio) = 0;

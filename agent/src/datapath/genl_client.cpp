@@ -4,6 +4,7 @@
 #include <linux/netlink.h>
 #include <netlink/attr.h>
 #include <netlink/genl/ctrl.h>
+#include <netlink/genl/family.h>
 #include <netlink/genl/genl.h>
 #include <netlink/msg.h>
 #include <netlink/netlink.h>
@@ -25,7 +26,7 @@ struct StatField {
     const char* name;
     int attr;
 };
-constexpr std::array<StatField, 17> kStatFields{{
+constexpr std::array<StatField, 18> kStatFields{{
     {"flows_init", MERCURY_STAT_FLOWS_INIT},
     {"flows_released", MERCURY_STAT_FLOWS_RELEASED},
     {"holds", MERCURY_STAT_HOLDS},
@@ -43,6 +44,7 @@ constexpr std::array<StatField, 17> kStatFields{{
     {"recoveries_from_cwr", MERCURY_STAT_RECOVERIES_FROM_CWR},
     {"held_in_recovery", MERCURY_STAT_HELD_IN_RECOVERY},
     {"hold_leaks", MERCURY_STAT_HOLD_LEAKS},
+    {"yield_grants", MERCURY_STAT_YIELD_GRANTS},
 }};
 
 // What a request's callbacks collect.
@@ -119,8 +121,10 @@ std::optional<FlowKey> parse_flow_key(nlattr* nest)
     return FlowKey::by_tuple(local, remote);
 }
 
-void fill_entry_common(nlattr** tb, uint8_t& rank, uint16_t& weight, uint32_t& expires_ms)
+void fill_entry_common(nlattr** tb, uint8_t& rank, uint16_t& weight, uint8_t& job, uint32_t& expires_ms)
 {
+    if (tb[MERCURY_ATTR_JOB])
+        job = nla_get_u8(tb[MERCURY_ATTR_JOB]);
     if (tb[MERCURY_ATTR_RANK])
         rank = nla_get_u8(tb[MERCURY_ATTR_RANK]);
     if (tb[MERCURY_ATTR_WEIGHT])
@@ -136,7 +140,7 @@ int collect_tag(nl_msg* msg, void* arg)
         return NL_SKIP;
     TagEntry e;
     e.tag = nla_get_u32(tb[MERCURY_ATTR_TAG]);
-    fill_entry_common(tb, e.rank, e.weight, e.expires_ms);
+    fill_entry_common(tb, e.rank, e.weight, e.job, e.expires_ms);
     static_cast<std::vector<TagEntry>*>(arg)->push_back(e);
     return NL_OK;
 }
@@ -151,7 +155,7 @@ int collect_flow(nl_msg* msg, void* arg)
         return NL_SKIP;
     FlowEntry e;
     e.key = *key;
-    fill_entry_common(tb, e.rank, e.weight, e.expires_ms);
+    fill_entry_common(tb, e.rank, e.weight, e.job, e.expires_ms);
     static_cast<std::vector<FlowEntry>*>(arg)->push_back(e);
     return NL_OK;
 }
@@ -224,6 +228,9 @@ int put_priority(nl_msg* msg, const Priority& prio)
         err = nla_put_u16(msg, MERCURY_ATTR_WEIGHT, *prio.weight);
     if (!err && prio.ttl_ms)
         err = nla_put_u32(msg, MERCURY_ATTR_TTL_MS, *prio.ttl_ms);
+    // Only when asked for: a version 1 module refuses the attribute.
+    if (!err && prio.job != MERCURY_JOB_NONE)
+        err = nla_put_u8(msg, MERCURY_ATTR_JOB, prio.job);
     return err;
 }
 
@@ -264,6 +271,16 @@ Status GenlClient::open(std::unique_ptr<GenlClient>& out)
     client->family_ = genl_ctrl_resolve(client->sock_.get(), MERCURY_GENL_NAME);
     if (client->family_ < 0)
         return Status{-ENOENT, "generic netlink family '" MERCURY_GENL_NAME "' not found: is tcp_mercury loaded?"};
+    // Which contract the loaded module speaks: an older one lacks jobs.
+    nl_cache* raw_cache = nullptr;
+    if (int err = genl_ctrl_alloc_cache(client->sock_.get(), &raw_cache))
+        return from_libnl(err, "cannot list the generic netlink families");
+    const std::unique_ptr<nl_cache, decltype(&nl_cache_free)> cache(raw_cache, &nl_cache_free);
+    const std::unique_ptr<genl_family, decltype(&genl_family_put)> family(
+        genl_ctrl_search_by_name(cache.get(), MERCURY_GENL_NAME), &genl_family_put);
+    if (!family)
+        return Status{-ENOENT, "generic netlink family '" MERCURY_GENL_NAME "' went away: was tcp_mercury unloaded?"};
+    client->version_ = genl_family_get_version(family.get());
     out = std::move(client);
     return {};
 }
@@ -313,10 +330,11 @@ Status GenlClient::list_sockets(std::vector<SocketView>& out)
             continue;
         SocketView v = tcp_view(d);
         if (d.cc_info) {
-            const uint16_t rank = d.cc_info->dctcp_ce_state & ~MERCURY_INFO_HELD;
+            const uint16_t rank = d.cc_info->dctcp_ce_state & MERCURY_INFO_RANK;
             if (rank != MERCURY_RANK_NONE)
                 v.rank = static_cast<uint8_t>(rank);
             v.held = d.cc_info->dctcp_ce_state & MERCURY_INFO_HELD;
+            v.job = static_cast<uint8_t>((d.cc_info->dctcp_ce_state & MERCURY_INFO_JOB) >> MERCURY_INFO_JOB_SHIFT);
             v.weight = static_cast<uint16_t>(d.cc_info->dctcp_alpha);
             v.tag = d.cc_info->dctcp_ab_ecn;
             v.holds = d.cc_info->dctcp_ab_tot;

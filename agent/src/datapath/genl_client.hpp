@@ -21,6 +21,8 @@ public:
     static Status open(std::unique_ptr<GenlClient>& out);
 
     std::string_view name() const override { return "kmod"; }
+    bool supports_jobs() const override { return version_ >= 2; }
+    unsigned version() const { return version_; }   // the loaded module's netlink version
 
     Status set_tag(uint32_t tag, const Priority& prio) override;
     Status del_tag(uint32_t tag) override;
@@ -54,6 +56,7 @@ private:
 
     std::unique_ptr<nl_sock, SockDeleter> sock_;
     int family_ = -1;
+    unsigned version_ = 0;
 };
 
 }  // namespace mercury

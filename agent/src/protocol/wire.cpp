@@ -185,6 +185,11 @@ struct BodyWriter {
         w.put<uint32_t>(static_cast<uint32_t>(m.ranks.size()));
         w.bytes(m.ranks.data(), m.ranks.size());
     }
+    void operator()(const JobWeight& m)
+    {
+        w.str(m.job);
+        w.put(m.weight);
+    }
 };
 
 Message decode_body(Type type, Reader& r)
@@ -284,6 +289,14 @@ Message decode_body(Type type, Reader& r)
                 r.fail();
         return m;
     }
+    case Type::JobWeight: {
+        JobWeight m;
+        m.job = r.str();
+        m.weight = r.get<uint16_t>();
+        if (m.job.empty() || m.weight == 0 || m.weight > kMaxJobWeight)
+            r.fail();
+        return m;
+    }
     }
     r.fail();
     return Error{};
@@ -320,7 +333,7 @@ Decoded decode(std::span<const uint8_t> input)
         d.status = DecodeStatus::kBadVersion;
         return d;
     }
-    if (type < static_cast<uint8_t>(Type::Hello) || type > static_cast<uint8_t>(Type::Ranks)) {
+    if (type < static_cast<uint8_t>(Type::Hello) || type > static_cast<uint8_t>(Type::JobWeight)) {
         d.status = DecodeStatus::kUnknownType;
         return d;
     }

@@ -37,7 +37,13 @@ enum class Type : uint8_t {
     RegisterLane = 10,  // trainer: this passed socket carries priority lane L of N
     SubscribeRanks = 11,  // trainer: send me the layers' ranks, now and on change
     Ranks = 12,         // daemon: the job's per-layer ranks
+    JobWeight = 13,     // mercuryctl (root): job NAME's share against other jobs
 };
+
+// A job's weight multiplies the weights of all its entries (capped at the
+// datapath's 1024), so it sets the job's share of a link it shares with
+// other jobs. 1 unless set (mercuryd's job_weight).
+constexpr uint16_t kMaxJobWeight = 64;
 
 // Lanes: a trainer that cannot tell layers apart on one connection opens N
 // sets of connections ("lanes") and sends each layer's tensors on the lane
@@ -137,8 +143,15 @@ struct Ranks {
     bool operator==(const Ranks&) const = default;
 };
 
+struct JobWeight {
+    std::string job;              // the job name its trainers say in Hello
+    uint16_t weight = 1;          // 1 .. kMaxJobWeight
+    bool operator==(const JobWeight&) const = default;
+};
+
+// The variant's order is the wire's type numbering (index + 1).
 using Message = std::variant<Hello, HelloAck, Model, Timings, Register, Iteration, StatusRequest, StatusReply, Error,
-                             RegisterLane, SubscribeRanks, Ranks>;
+                             RegisterLane, SubscribeRanks, Ranks, JobWeight>;
 
 std::vector<uint8_t> encode(const Message& msg);
 

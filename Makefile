@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod user deb test unit bpftest torchtest vmtest fuzz bench bench-gap bench-torch bench-cc bench-agent demo install clean guest
+.PHONY: all deps kmod user deb test unit bpftest torchtest vmtest fuzz bench bench-jobs bench-gap bench-torch bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -63,12 +63,19 @@ test: deps
 # checked against a lower bound; build/bench.{log,md,json,png}. Then the
 # paper's scale, 8 workers + 8 servers, at 25 Mbit/s per link (at 50, two
 # cores cannot keep all 32 links loaded: the link check fails), bytes scaled
-# to match; build/bench-8x8.*.
+# to match; build/bench-8x8.*. Last, two jobs at once (bench-jobs).
 SCALE_POINTS ?= vgg16:2.5 resnet50:2.5
 bench: deps user
 	scripts/bench.sh $(BUILD)/bench
 	W=8 S=8 RATE=25 POINTS="$(SCALE_POINTS)" ABLATION_POINTS="" BALANCED_POINTS="" \
 		scripts/bench.sh $(BUILD)/bench-8x8
+	scripts/bench-jobs.sh $(BUILD)/bench-jobs
+
+# Two jobs on the same 4 + 4 hosts (VGG-16 with ResNet-50, VGG-16 with
+# VGG-16): each job's time against running alone, under fifo, mercury
+# without and with job isolation; Jain's index; build/bench-jobs.{md,json}.
+bench-jobs: deps user
+	scripts/bench-jobs.sh $(BUILD)/bench-jobs
 
 # Where mercury and fifo lose time against the bound: links sampled during
 # one run per point, forward-pass waits by layer, against the simulated

@@ -6,6 +6,10 @@
 # workers; prints the workers' JSON lines (one per worker) and the servers'.
 #
 #   train.sh PROFILE MODE WORKERS SERVERS BYTE_DIVISOR ITERATIONS
+#
+# env: REPLAY_ARGS (more mercury-replay options, e.g. --job NAME), PORT (the
+# servers', 7000), AGENTS=external (mercuryd already runs on every host: a
+# second job shares it, scripts/bench-jobs.sh).
 set -eu
 IP=${IP:-/usr/sbin/ip}
 profile=$1 mode=$2 workers=$3 servers=$4 divisor=$5 iterations=$6
@@ -13,8 +17,9 @@ out=$(mktemp -d)
 common="--profile $profile --mode $mode --workers $workers --servers-count $servers --byte-divisor $divisor --iterations $iterations ${REPLAY_ARGS:-}"
 
 agents=""
-case "$mode" in
-mercury | prio-only)
+port=${PORT:-7000}
+case "${AGENTS:-own}:$mode" in
+own:mercury | own:prio-only)
 	for host in $($IP netns list | awk '{ print $1 }' | grep -E '^mc-(w|s)[0-9]+$'); do
 		$IP netns exec "$host" mercuryd --socket "/run/$host.sock" --log-level warn 2>>"$out/agents.log" &
 		agents="$agents $!"
@@ -27,9 +32,9 @@ list=""
 j=0
 while [ $j -lt "$servers" ]; do
 	MERCURY_SOCKET=/run/mc-s$j.sock $IP netns exec "mc-s$j" \
-		mercury-replay server --id $j --listen "10.3.0.$((100 + j)):7000" $common >"$out/s$j.json" 2>&1 &
+		mercury-replay server --id $j --listen "10.3.0.$((100 + j)):$port" $common >"$out/s$j.json" 2>&1 &
 	servers_pids="${servers_pids:-} $!"
-	list="$list${list:+,}10.3.0.$((100 + j)):7000"
+	list="$list${list:+,}10.3.0.$((100 + j)):$port"
 	j=$((j + 1))
 done
 pids=""

@@ -9,7 +9,7 @@
 //                         layer, or by the ranks mercuryd's rule gives)
 //   mercury-replay bound  --rate-mbit R COMMON   (a lower bound no run can beat)
 //   COMMON: --profile FILE --mode MODE --workers N --servers-count S --byte-divisor D
-//           [--cc NAME] [--placement mxnet|balanced]
+//           [--cc NAME] [--placement mxnet|balanced] [--job NAME]
 //
 // Placement: mxnet (the default, the paper's: tensors above 1M elements split
 // over all servers, the rest whole, round robin) or balanced (BytePS's:
@@ -99,6 +99,7 @@ struct Options {
     std::string cc;                          // empty: by mode (Plan::cc)
     std::string placement = "mxnet";         // or "balanced"
     std::string sim_ranks = "layer";         // sim: per-layer priority, or "agent": mercuryd's ranks
+    std::string job;                         // the job name the agents see; empty: the model's
     uint32_t id = 0, workers = 1, servers = 1, iterations = 10, warmup = 2;
     double byte_divisor = 1, rate_mbit = 100;
     uint64_t partition_bytes = 4 * kChunk;   // bytescheduler, after scaling
@@ -485,7 +486,7 @@ int run_worker(const Options& o)
     if (servers.size() != o.servers)
         throw std::runtime_error("--servers lists " + std::to_string(servers.size()) + " endpoints");
 
-    auto agent = join_agent(plan, plan.model.name, o.id);
+    auto agent = join_agent(plan, o.job.empty() ? plan.model.name : o.job, o.id);
     // conns[server][lane]; lanes with no tensors stay closed.
     Conns conns(servers.size());
     for (size_t s = 0; s < servers.size(); ++s) {
@@ -699,7 +700,7 @@ int run_server(const Options& o)
     std::memcpy(&sin.sin_addr, ep->addr.data(), 4);
     if (::bind(lfd, reinterpret_cast<const sockaddr*>(&sin), sizeof(sin)) || ::listen(lfd, 256))
         throw std::runtime_error("cannot listen on " + o.listen + ": " + std::strerror(errno));
-    auto agent = join_agent(plan, plan.model.name, 1000 + o.id);
+    auto agent = join_agent(plan, o.job.empty() ? plan.model.name : o.job, 1000 + o.id);
 
     struct Peer {
         std::unique_ptr<Conn> conn;
@@ -907,6 +908,7 @@ Options parse(int argc, char** argv)
         else if (a == "--cc") o.cc = v;
         else if (a == "--placement") o.placement = v;
         else if (a == "--sim-ranks") o.sim_ranks = v;
+        else if (a == "--job") o.job = v;
         else throw std::runtime_error("unknown option " + a);
     }
     if (o.profile.empty() || !o.workers || !o.servers || o.byte_divisor <= 0 || o.iterations < 2)

@@ -253,6 +253,12 @@ static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 	bool delayed;
 
 	mercury_refresh_prio(sk, ca, mn);
+	/* Before this ACK's PRR step, which runs after us (see cc_core.h). */
+	mercury_load(tp, ca, &w);
+	if (mercury_repair_ssthresh(&w, tcp_in_cwnd_reduction(sk), ca->weight)) {
+		mercury_store(tp, ca, &w);
+		mercury_count(mn, MERCURY_CNT_CWND_FIXUPS);
+	}
 	/* Delay seen while holding others is their queue draining. */
 	if (sample->rtt_us > 0 &&
 	    mercury_slow_start_done(&ca->ss, tcp_snd_cwnd(tp), tp->snd_ssthresh,

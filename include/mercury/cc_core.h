@@ -420,6 +420,22 @@ mercury_hold_step(struct mercury_window *w, struct mercury_hold_state *h,
 }
 
 /*
+ * ssthresh 0 in CWR/Recovery: only an ssthresh() call the kernel skipped
+ * leaves it (a BPF CC's program is now and then not run, and the skipped
+ * call returns 0). PRR would then drive cwnd to 0 once nothing is in
+ * flight, which the kernel WARNs about (tcp_snd_cwnd_set). Put back what
+ * ssthresh() would have returned; 1 if it was repaired.
+ */
+static inline int mercury_repair_ssthresh(struct mercury_window *w,
+					  int in_reduction, __u32 weight)
+{
+	if (!in_reduction || w->ssthresh)
+		return 0;
+	w->ssthresh = mercury_ssthresh_after_loss(w->cwnd, weight);
+	return 1;
+}
+
+/*
  * Defence against a window the CC did not set (seen with BPF CCs: recovery
  * entered without ssthresh() having run). Returns 1 if anything was fixed.
  */

@@ -456,6 +456,12 @@ void BPF_PROG(mercury_pkts_acked, struct sock *sk,
 
 	mercury_refresh_prio(sk, ca, netns, cfg);
 	stamps = mercury_job_stamps(ca, st);
+	/* Before this ACK's PRR step, which runs after us. */
+	mercury_load(tp, ca, &w);
+	if (mercury_repair_ssthresh(&w, mercury_in_cwnd_reduction(sk), ca->weight)) {
+		mercury_store(tp, ca, &w);
+		mercury_count(st, MERCURY_BPF_CNT_CWND_FIXUPS);
+	}
 	/* Delay seen while holding others is their queue draining. */
 	if (rtt_us > 0 &&
 	    mercury_slow_start_done(&ca->ss, tp->snd_cwnd, tp->snd_ssthresh,

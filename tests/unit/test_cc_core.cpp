@@ -210,6 +210,19 @@ TEST_CASE("starvation guard keeps granting after hours of continuous holding", "
     }
 }
 
+TEST_CASE("ssthresh left at 0 in a reduction is put back, and only there", "[core]")
+{
+    mercury_window w{40, 0, 0};
+    CHECK_FALSE(mercury_repair_ssthresh(&w, 0, MERCURY_WEIGHT_UNIT));   // outside CWR/Recovery: cong_avoid's job
+    CHECK(w.ssthresh == 0);
+    CHECK(mercury_repair_ssthresh(&w, 1, MERCURY_WEIGHT_UNIT));
+    CHECK(w.ssthresh == 20);                                           // what ssthresh() returns for 40
+    CHECK_FALSE(mercury_repair_ssthresh(&w, 1, MERCURY_WEIGHT_UNIT));  // a set one stays
+    mercury_window tiny{0, 0, 0};
+    CHECK(mercury_repair_ssthresh(&tiny, 1, MERCURY_WEIGHT_UNIT));
+    CHECK(tiny.ssthresh == 2);
+}
+
 TEST_CASE("precedence is per job: another job's urgent rank holds nobody", "[core][jobs]")
 {
     // As both datapaths keep it: one row of activity stamps per job.

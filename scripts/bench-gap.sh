@@ -22,12 +22,10 @@
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=$1
-bin=${BIN:-$top/build/user/guest-bin}
-export PATH=$bin:$PATH IP=${IP:-/usr/sbin/ip} TC=${TC:-/usr/sbin/tc}
-profiles=$top/tests/experiment/profiles
+. "$top/scripts/lib/bench-env.sh"
 POINTS=${POINTS:-"vgg16:2.5 resnet50:2.5"}
 MODES=${MODES:-"mercury fifo"}
-W=${W:-4} S=${S:-4} RATE=${RATE:-50} ITER=${ITER:-8} SAMPLE_S=${SAMPLE_S:-0.1}
+ITER=${ITER:-8} SAMPLE_S=${SAMPLE_S:-0.1}
 BASELINE_CC=${BASELINE_CC:-cubic}
 mkdir -p "$(dirname "$out")"
 : >"$out.jsonl"

@@ -25,11 +25,7 @@
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=$1
-bin=${BIN:-$top/build/user/guest-bin}
-export PATH=$bin:$PATH IP=${IP:-/usr/sbin/ip} TC=${TC:-/usr/sbin/tc}
-profiles=$top/tests/experiment/profiles
-W=${W:-4} S=${S:-4}
-RATE=${RATE:-50}
+. "$top/scripts/lib/bench-env.sh"
 PAIRS=${PAIRS-"vgg16+resnet50:2.5 vgg16+vgg16:2.5"}
 ITER=${ITER:-6}
 REPEATS=${REPEATS:-3}

@@ -33,11 +33,7 @@
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=$1
-bin=${BIN:-$top/build/user/guest-bin}
-export PATH=$bin:$PATH IP=${IP:-/usr/sbin/ip} TC=${TC:-/usr/sbin/tc}
-profiles=$top/tests/experiment/profiles
-W=${W:-4} S=${S:-4}
-RATE=${RATE:-50}
+. "$top/scripts/lib/bench-env.sh"
 POINTS=${POINTS-"vgg16:2.5,5,10 alexnet:2.5,5 resnet50:2.5,5,10"}
 ABLATION_POINTS=${ABLATION_POINTS-"vgg16:10"}
 BALANCED_POINTS=${BALANCED_POINTS-"vgg16:2.5 resnet50:2.5"}

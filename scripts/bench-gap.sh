@@ -27,9 +27,7 @@ POINTS=${POINTS:-"vgg16:2.5 resnet50:2.5"}
 MODES=${MODES:-"mercury fifo"}
 ITER=${ITER:-8} SAMPLE_S=${SAMPLE_S:-0.1}
 BASELINE_CC=${BASELINE_CC:-cubic}
-mkdir -p "$(dirname "$out")"
 : >"$out.jsonl"
-. "$top/scripts/bpf-loader.sh"
 sampler=""
 cleanup() {
 	[ -n "$sampler" ] && kill "$sampler" 2>/dev/null
@@ -40,7 +38,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 bpf_loader_start gap "$out.agent.log" || exit 1
 
-divisor_of() { awk -v g="$1" -v r="$RATE" 'BEGIN { printf "%g", g * 1000 / r }'; }
 tag() { sed "s/^{/{\"point\":\"$1\",\"mode\":\"$2\",/"; }	# tag POINT MODE: label a JSON line
 
 failed=0

@@ -30,14 +30,7 @@ PAIRS=${PAIRS-"vgg16+resnet50:2.5 vgg16+vgg16:2.5"}
 ITER=${ITER:-6}
 REPEATS=${REPEATS:-3}
 BASELINE_CC=${BASELINE_CC:-cubic}
-log=$out.log
-mkdir -p "$(dirname "$out")"
-: >"$log"
-: >"$out.runs.jsonl"
-failed=0
-
-say() { echo "$*" | tee -a "$log"; }
-. "$top/scripts/bpf-loader.sh"
+bench_log_start
 
 AGENT_PIDS=""
 agents_stop() {
@@ -67,7 +60,6 @@ agents_start() {
 	done
 }
 
-divisor_of() { awk -v g="$1" -v r="$RATE" 'BEGIN { printf "%g", g * 1000 / r }'; }
 bound_of() {	# bound_of MODEL GBPS
 	mercury-replay bound --profile "$profiles/$1.graph.txt" --mode mercury --workers $W --servers-count $S \
 		--byte-divisor "$(divisor_of "$2")" --rate-mbit "$RATE" | sed -n 's/.*"bound_s":\([0-9.]*\).*/\1/p'

@@ -46,14 +46,7 @@ BASELINE_CC=${BASELINE_CC:-cubic}
 # points: the optimum may lie beyond it.
 BS_PARTITIONS=${BS_PARTITIONS:-"32768 131072 524288 2097152"}
 BS_CREDITS=${BS_CREDITS:-"1 2 4 8 16"}
-log=$out.log
-mkdir -p "$(dirname "$out")"
-: >"$log"
-: >"$out.runs.jsonl"
-failed=0
-
-say() { echo "$*" | tee -a "$log"; }
-. "$top/scripts/bpf-loader.sh"
+bench_log_start
 
 cleanup() {
 	sh "$top/scripts/cluster.sh" down 2>/dev/null
@@ -111,7 +104,6 @@ linkcheck() {
 	say "CHECK link_util_min=$min link_util_mean=$mean rate_mbit=$RATE links=$((2 * (W + S))) workers=$W servers=$S ok=$(awk -v m="$min" 'BEGIN { print (m >= 0.9) ? "yes" : "no" }')"
 }
 
-divisor_of() { awk -v g="$1" -v r="$RATE" 'BEGIN { printf "%g", g * 1000 / r }'; }
 replay_json() {	# replay_json ROLE MODEL GBPS MODE [ARGS...]: sim or bound
 	local role=$1 model=$2 gbps=$3 mode=$4
 	shift 4

@@ -271,7 +271,9 @@ Status GenlClient::open(std::unique_ptr<GenlClient>& out)
     client->family_ = genl_ctrl_resolve(client->sock_.get(), MERCURY_GENL_NAME);
     if (client->family_ < 0)
         return Status{-ENOENT, "generic netlink family '" MERCURY_GENL_NAME "' not found: is tcp_mercury loaded?"};
-    // Which contract the loaded module speaks: an older one lacks jobs.
+    // Which contract the loaded module speaks: an older one lacks jobs. A
+    // second request: the by-name lookup above is what autoloads the module,
+    // and libnl returns only the id from it; the family list has the version.
     nl_cache* raw_cache = nullptr;
     if (int err = genl_ctrl_alloc_cache(client->sock_.get(), &raw_cache))
         return from_libnl(err, "cannot list the generic netlink families");

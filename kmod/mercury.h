@@ -13,7 +13,7 @@
 #include <linux/workqueue.h>
 #include <net/net_namespace.h>
 
-#include "../include/mercury/uapi.h"
+#include "../include/mercury/cc_core.h"
 
 /* Parameters, per netns; new netns copy the module parameters. */
 struct mercury_params {
@@ -98,6 +98,7 @@ struct mercury_net {
 	/* tcp_clock_us() a rank of a job last had data out: precedence is per job */
 	u64 last_active_us[MERCURY_NUM_JOBS][MERCURY_NUM_RANKS];
 	u64 job_active_us[MERCURY_NUM_JOBS];	/* any rank of the job */
+	struct mercury_job_census census[MERCURY_NUM_JOBS]; /* sending flows */
 	atomic64_t counters[MERCURY_CNT_MAX];
 
 	spinlock_t lock;			/* writers of the table below */

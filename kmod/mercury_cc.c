@@ -19,8 +19,9 @@
  * max_hold, so nothing starves; entries the agent stops refreshing expire
  * and the flow falls back to plain fair behaviour. Unranked flows behave as
  * Reno with HyStart's delay-based slow-start exit. Entries may name a job:
- * precedence then holds only among flows of the same job, and other jobs'
- * traffic cannot keep a job's flows yielding to delay for good.
+ * precedence then holds only among flows of the same job, a job's flows on
+ * a host grow and back off together as one flow of its weight, and other
+ * jobs' traffic cannot keep a job's flows yielding to delay for good.
  *
  * The arithmetic lives in include/mercury/cc_core.h, shared with the eBPF
  * variant and unit tests; this file is the glue to struct tcp_sock.
@@ -47,9 +48,12 @@ struct mercury_sock {
 	struct mercury_hold_state hold;
 	u64 yield_since_us;	/* this run of delayed samples began; 0: none */
 	u32 cnt;		/* weighted-AI accumulator */
-	u32 last_backoff_us;	/* low 32 bits of tcp_mstamp at last yield */
+	u32 last_backoff_us;	/* low 32 bits of tcp_mstamp at last yield or cut */
 	u32 holds;		/* times held */
+	u32 census_seen;	/* epoch of its job's census it last counted in */
+	u32 cut_seen;		/* its job's last loss cut it followed or made */
 	u16 weight;		/* MERCURY_WEIGHT_UNIT = one Reno flow */
+	u8 flows;		/* its job's flows here sending, it included */
 	u8 rank;		/* MERCURY_RANK_NONE = unranked */
 	u8 job;			/* MERCURY_JOB_NONE = no job */
 	u8 flags;		/* MERCURY_F_* */
@@ -197,6 +201,41 @@ static bool mercury_has_data(const struct sock *sk)
 	return tcp_sk(sk)->packets_out || !tcp_write_queue_empty(sk);
 }
 
+/* A job's flows here share its weight: shares go per job, not per flow. */
+static void mercury_update_share(struct sock *sk, struct mercury_sock *ca,
+				 struct mercury_net *mn, u64 now_us)
+{
+	if (ca->job == MERCURY_JOB_NONE || (ca->flags & MERCURY_F_HELD) ||
+	    !mercury_has_data(sk)) {
+		ca->flows = 1;
+		return;
+	}
+	ca->flows = mercury_job_census_count(&mn->census[ca->job],
+					     &ca->census_seen, now_us,
+					     mercury_hold_window_us(tcp_sk(sk)->srtt_us >> 3));
+}
+
+/* Another flow of the job backed off on a loss: back off with it. */
+static void mercury_follow_job_cut(struct sock *sk, struct mercury_sock *ca,
+				   struct mercury_net *mn, u64 now_us)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct mercury_window w;
+
+	if (ca->job == MERCURY_JOB_NONE || (ca->flags & MERCURY_F_HELD) ||
+	    tcp_in_cwnd_reduction(sk) ||
+	    !mercury_job_cut_due(&mn->census[ca->job], &ca->cut_seen, now_us,
+				 mercury_hold_window_us(tp->srtt_us >> 3)))
+		return;
+	/* At most once an RTT, its own cuts and yields included. */
+	if ((u32)now_us - ca->last_backoff_us < (tp->srtt_us >> 3))
+		return;
+	ca->last_backoff_us = (u32)now_us;
+	mercury_load(tp, ca, &w);
+	mercury_job_cut(&w, ca->weight);
+	mercury_store(tp, ca, &w);
+}
+
 static void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
 				struct mercury_net *mn, u64 now_us)
 {
@@ -275,6 +314,8 @@ static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 	if (mercury_has_data(sk))
 		mercury_mark_active(sk, ca, mn, now_us);
 	mercury_update_hold(sk, ca, mn, now_us);
+	mercury_update_share(sk, ca, mn, now_us);
+	mercury_follow_job_cut(sk, ca, mn, now_us);
 
 	if ((ca->flags & MERCURY_F_HELD) || sample->rtt_us <= 0)
 		return;
@@ -318,16 +359,24 @@ static void mercury_cong_avoid(struct sock *sk, u32 ack, u32 acked)
 	mercury_load(tp, ca, &w);
 	if (mercury_sanitize(&w, tp->snd_cwnd_clamp))
 		mercury_count(mercury_net_of(sk), MERCURY_CNT_CWND_FIXUPS);
-	mercury_increase(&w, acked, ca->weight, tp->snd_cwnd_clamp);
+	mercury_increase(&w, acked, ca->weight, ca->flows, tp->snd_cwnd_clamp);
 	mercury_store(tp, ca, &w);
 }
 
 static u32 mercury_ssthresh(struct sock *sk)
 {
 	struct mercury_sock *ca = mercury_ca(sk);
-	const struct tcp_sock *tp = tcp_sk(sk);
+	struct mercury_net *mn = mercury_net_of(sk);
+	struct tcp_sock *tp = tcp_sk(sk);
 
-	mercury_count(mercury_net_of(sk), MERCURY_CNT_LOSS_EVENTS);
+	mercury_count(mn, MERCURY_CNT_LOSS_EVENTS);
+	/* The job's other flows back off with this one (cc_core.h). */
+	if (ca->job != MERCURY_JOB_NONE && ca->rank < MERCURY_NUM_RANKS &&
+	    !(ca->flags & MERCURY_F_HELD)) {
+		WRITE_ONCE(mn->census[ca->job].cut_us, tp->tcp_mstamp);
+		ca->cut_seen = (u32)tp->tcp_mstamp;
+		ca->last_backoff_us = (u32)tp->tcp_mstamp;
+	}
 	return mercury_ssthresh_after_loss(tcp_snd_cwnd(tp), ca->weight);
 }
 

@@ -21,7 +21,7 @@
 #ifndef __bpf__
 #include <linux/types.h>
 #endif
-#include "uapi.h"
+#include "cc_core.h"	/* struct mercury_job_census; includes uapi.h */
 
 /* The loading agent mounts a bpffs here and pins every map in it, by the
  * names below. Not under /sys/fs/bpf: `ip netns exec` mounts a fresh /sys
@@ -129,6 +129,7 @@ struct mercury_bpf_state {
 	__u64 last_active_us[MERCURY_NUM_JOBS][MERCURY_NUM_RANKS];	/* per job */
 	__u64 job_active_us[MERCURY_NUM_JOBS];	/* any rank of the job */
 	__u64 counters[MERCURY_BPF_CNT_MAX];
+	struct mercury_job_census census[MERCURY_NUM_JOBS]; /* sending flows */
 };
 
 /* mercury_socks (socket storage): what a flow resolved to, for its owner to
@@ -154,7 +155,7 @@ MERCURY_BPF_SIZE(mercury_bpf_flow_key, 56);
 MERCURY_BPF_SIZE(mercury_bpf_entry, 16);
 MERCURY_BPF_SIZE(mercury_bpf_config, 40);
 MERCURY_BPF_SIZE(mercury_bpf_state,
-		 8 * (MERCURY_NUM_JOBS * (MERCURY_NUM_RANKS + 1) + MERCURY_BPF_CNT_MAX));
+		 8 * (MERCURY_NUM_JOBS * (MERCURY_NUM_RANKS + 4) + MERCURY_BPF_CNT_MAX));
 MERCURY_BPF_SIZE(mercury_bpf_sock_state, 16);
 #undef MERCURY_BPF_SIZE
 

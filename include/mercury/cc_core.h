@@ -31,7 +31,9 @@
  *    does not yield while another job has data out on this host (the queue
  *    is theirs too), and yields for at most max_hold at a stretch, then not
  *    for max_hold/8, like the starvation guard of holds (other jobs' traffic
- *    from other hosts). Job 0 (no job) keeps yielding as before.
+ *    from other hosts). Job 0 (no job) keeps yielding as before. A job's
+ *    sending flows on a host share its weight (mercury_job_census_count),
+ *    so shares go per job, not per flow.
  */
 #ifndef MERCURY_CC_CORE_H
 #define MERCURY_CC_CORE_H
@@ -59,6 +61,9 @@ static inline __u32 mercury_mod64(__u64 a, __u32 b)
 
 #include "uapi.h"
 
+/* A job's flows sending from one host; more count as this many. */
+#define MERCURY_JOB_MAX_FLOWS	16
+
 /* The window a flow is sent with, in packets, plus the AI accumulator. */
 struct mercury_window {
 	__u32 cwnd;	/* packets */
@@ -68,10 +73,12 @@ struct mercury_window {
 
 /*
  * Slow start up to ssthresh, then additive increase of weight/UNIT packets
- * per window's worth of ACKs. Never exceeds @clamp.
+ * per window's worth of ACKs, divided by @flows for one of @flows flows of
+ * a job sharing its weight (see mercury_job_census_count). Never exceeds
+ * @clamp.
  */
 static inline void mercury_increase(struct mercury_window *w, __u32 acked,
-				    __u32 weight, __u32 clamp)
+				    __u32 weight, __u32 flows, __u32 clamp)
 {
 	__u32 step;
 
@@ -83,7 +90,9 @@ static inline void mercury_increase(struct mercury_window *w, __u32 acked,
 		acked -= inc;
 	}
 	if (acked) {
-		step = (w->cwnd ? w->cwnd : 1) * MERCURY_WEIGHT_UNIT;
+		if (!flows || flows > MERCURY_JOB_MAX_FLOWS)
+			flows = flows ? MERCURY_JOB_MAX_FLOWS : 1;
+		step = (w->cwnd ? w->cwnd : 1) * MERCURY_WEIGHT_UNIT * flows;
 		/* A flow idle in CA for long cannot wrap the accumulator. */
 		if (w->cnt >= step)
 			w->cnt = step - 1;
@@ -302,6 +311,79 @@ static inline int mercury_yield_allowed(__u64 *since_us, int delayed,
 	if (!*since_us)
 		*since_us = now_us;
 	return !mercury_in_grace(*since_us, now_us, max_hold_ms);
+}
+
+/*
+ * Shares per job, not per flow. A job's flows on this host that are sending
+ * (ranked, not held) count themselves once per epoch (an epoch: about an
+ * RTT, the counting flow's hold window). Each of n such flows grows by
+ * weight/n, and when one of them backs off on a loss, the others back off
+ * with it (mercury_job_cut_due): together they grow and shrink as one flow
+ * of that weight, so a job does not get more of a link by opening more
+ * flows. (Growth by weight/n alone left 3 flows of a job near 1.3x one
+ * flow's share, in theory and on the test link; growth by weight/n^2 gets
+ * 1x in theory, but converges so slowly that one flow of the 3 kept most of
+ * their share.) Counted afresh every epoch, so no count can drift; two
+ * flows counting at once on two CPUs may lose one, for that epoch only.
+ */
+struct mercury_job_census {
+	__u64 epoch_us;		/* when the current epoch began */
+	__u32 cur;		/* flows counted in it so far */
+	__u32 prev;		/* flows counted in the one before */
+	__u64 cut_us;		/* when a flow of the job last backed off on a loss */
+};
+
+/*
+ * Count a sending flow of the job (@seen: the epoch it last counted itself
+ * in, low 32 bits) and return the job's flows here, 1 ..
+ * MERCURY_JOB_MAX_FLOWS: the larger of this epoch's count so far and the
+ * last whole epoch's.
+ */
+static inline __u32 mercury_job_census_count(struct mercury_job_census *c,
+					     __u32 *seen, __u64 now_us,
+					     __u32 epoch_len_us)
+{
+	__u32 n;
+
+	if (now_us >= c->epoch_us + epoch_len_us) {
+		/* A whole epoch without any flow: nobody was sending. */
+		c->prev = now_us >= c->epoch_us + 2ULL * epoch_len_us ? 0 : c->cur;
+		c->cur = 0;
+		c->epoch_us = now_us;
+	}
+	if (*seen != (__u32)c->epoch_us || !c->cur) {
+		*seen = (__u32)c->epoch_us;
+		c->cur++;
+	}
+	n = c->cur > c->prev ? c->cur : c->prev;
+	if (!n)
+		return 1;
+	return n < MERCURY_JOB_MAX_FLOWS ? n : MERCURY_JOB_MAX_FLOWS;
+}
+
+/*
+ * True once per loss cut of another flow of the job (@seen: the cut it last
+ * followed, or made, low 32 bits) made within @window_us: this flow backs
+ * off with it (mercury_job_cut), so the job shrinks as one flow would.
+ */
+static inline int mercury_job_cut_due(const struct mercury_job_census *c,
+				      __u32 *seen, __u64 now_us,
+				      __u32 window_us)
+{
+	__u64 t = c->cut_us;
+
+	if (!t || (__u32)t == *seen)
+		return 0;
+	*seen = (__u32)t;
+	return t > now_us || now_us - t < window_us;
+}
+
+/* Back off as after a loss of its own, without one. */
+static inline void mercury_job_cut(struct mercury_window *w, __u32 weight)
+{
+	w->cwnd = mercury_ssthresh_after_loss(w->cwnd, weight);
+	w->ssthresh = w->cwnd;
+	w->cnt = 0;
 }
 
 /* Yield to queueing delay: halve, but never below the floor. */

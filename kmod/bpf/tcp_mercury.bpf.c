@@ -48,10 +48,13 @@ struct mercury_sock {
 	__u32 table_gen;	/* config gen the priority was resolved at */
 	__u32 tag;		/* sk_priority the priority was resolved for */
 	__u32 cnt;		/* weighted-AI accumulator */
-	__u32 last_backoff_us;	/* low 32 bits of tcp_mstamp at last yield */
+	__u32 last_backoff_us;	/* low 32 bits of tcp_mstamp at last yield or cut */
 	__u32 holds;		/* times held */
 	__u64 yield_since_us;	/* this run of delayed samples began; 0: none */
+	__u32 census_seen;	/* epoch of its job's census it last counted in */
+	__u32 cut_seen;		/* its job's last loss cut it followed or made */
 	__u16 weight;
+	__u8 flows;		/* its job's flows here sending, it included */
 	__u8 rank;
 	__u8 job;		/* < MERCURY_NUM_JOBS */
 	__u8 flags;
@@ -420,6 +423,50 @@ static __always_inline void mercury_update_hold(struct sock *sk,
 		mercury_publish(sk, ca);
 }
 
+/* A job's flows here share its weight: shares go per job, not per flow. */
+static __always_inline void mercury_update_share(struct sock *sk,
+						 struct mercury_sock *ca,
+						 struct mercury_bpf_state *st,
+						 __u64 now_us, __u32 window_us)
+{
+	__u32 job = ca->job;
+
+	if (!st || job == MERCURY_JOB_NONE || job >= MERCURY_NUM_JOBS ||
+	    (ca->flags & MERCURY_F_HELD) || !mercury_has_data(sk)) {
+		ca->flows = 1;
+		return;
+	}
+	barrier_var(st);	/* see mercury_job_stamps() */
+	ca->flows = mercury_job_census_count(&st->census[job], &ca->census_seen,
+					     now_us, window_us);
+}
+
+/* Another flow of the job backed off on a loss: back off with it. */
+static __always_inline void mercury_follow_job_cut(struct sock *sk,
+						   struct mercury_sock *ca,
+						   struct mercury_bpf_state *st,
+						   __u64 now_us, __u32 window_us)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	__u32 job = ca->job;
+	struct mercury_window w;
+
+	if (!st || job == MERCURY_JOB_NONE || job >= MERCURY_NUM_JOBS ||
+	    (ca->flags & MERCURY_F_HELD) || mercury_in_cwnd_reduction(sk))
+		return;
+	barrier_var(st);	/* see mercury_job_stamps() */
+	if (!mercury_job_cut_due(&st->census[job], &ca->cut_seen, now_us,
+				 window_us))
+		return;
+	/* At most once an RTT, its own cuts and yields included. */
+	if ((__u32)now_us - ca->last_backoff_us < (tp->srtt_us >> 3))
+		return;
+	ca->last_backoff_us = (__u32)now_us;
+	mercury_load(tp, ca, &w);
+	mercury_job_cut(&w, ca->weight);
+	mercury_store(tp, ca, &w);
+}
+
 SEC("struct_ops/mercury_init")
 void BPF_PROG(mercury_init, struct sock *sk)
 {
@@ -478,6 +525,8 @@ void BPF_PROG(mercury_pkts_acked, struct sock *sk,
 	if (mercury_has_data(sk))
 		mercury_mark_active(ca, st, now_us);
 	mercury_update_hold(sk, ca, cfg, st, now_us, window_us);
+	mercury_update_share(sk, ca, st, now_us, window_us);
+	mercury_follow_job_cut(sk, ca, st, now_us, window_us);
 
 	if ((ca->flags & MERCURY_F_HELD) || rtt_us <= 0)
 		return;
@@ -523,7 +572,7 @@ void BPF_PROG(mercury_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 	if (mercury_sanitize(&w, tp->snd_cwnd_clamp))
 		mercury_count(mercury_state_of(mercury_netns(sk)),
 			      MERCURY_BPF_CNT_CWND_FIXUPS);
-	mercury_increase(&w, acked, ca->weight, tp->snd_cwnd_clamp);
+	mercury_increase(&w, acked, ca->weight, ca->flows, tp->snd_cwnd_clamp);
 	mercury_store(tp, ca, &w);
 }
 
@@ -532,9 +581,18 @@ __u32 BPF_PROG(mercury_ssthresh, struct sock *sk)
 {
 	struct mercury_sock *ca = mercury_ca(sk);
 	const struct tcp_sock *tp = tcp_sk(sk);
+	struct mercury_bpf_state *st = mercury_state_of(mercury_netns(sk));
+	__u32 job = ca->job;
 
-	mercury_count(mercury_state_of(mercury_netns(sk)),
-		      MERCURY_BPF_CNT_LOSS_EVENTS);
+	mercury_count(st, MERCURY_BPF_CNT_LOSS_EVENTS);
+	/* The job's other flows back off with this one (cc_core.h). */
+	if (st && job != MERCURY_JOB_NONE && job < MERCURY_NUM_JOBS &&
+	    ca->rank < MERCURY_NUM_RANKS && !(ca->flags & MERCURY_F_HELD)) {
+		barrier_var(st);	/* see mercury_job_stamps() */
+		st->census[job].cut_us = tp->tcp_mstamp;
+		ca->cut_seen = (__u32)tp->tcp_mstamp;
+		ca->last_backoff_us = (__u32)tp->tcp_mstamp;
+	}
 	return mercury_ssthresh_after_loss(tp->snd_cwnd, ca->weight);
 }
 

@@ -99,6 +99,43 @@ test_jobs_weights() {
 		ge "$r" 1.3
 }
 
+# jobs_count LABEL OPTS_1 OPTS_2: three flows of tag 14 and one of tag 15
+# (both rank 0: neither holds nor yields) from a through the router's 30 ms
+# queue for 14 s, tags set with the given mercuryctl options. Prints the
+# three flows' rate over the one's, over the last 10 s (after slow start:
+# over 4 s, AIMD on this queue left single flows anywhere from 0.5x to 2x
+# their share).
+jobs_count() {
+	local i t0 t1 many one
+	ctl a flush
+	ctl a tag set 14 0 $2
+	ctl a tag set 15 0 $3
+	for i in 1 2 3; do
+		flow a "$1-$i" --cc mercury --prio 14 --seconds 14 --interval-ms 100
+	done
+	flow a "$1-4" --cc mercury --prio 15 --seconds 14 --interval-ms 100
+	wait_flows
+	t1=$(last_t "/tmp/flow-$1-4")
+	t0=$((t1 - 10000))
+	for i in 1 2 3 4; do rate "/tmp/flow-$1-$i" "$t0" "$t1"; echo; done >"/tmp/jobs-$1-rates"
+	many=$(awk 'NR <= 3 { s += $1 } END { printf "%.1f", s }' "/tmp/jobs-$1-rates")
+	one=$(sed -n 4p "/tmp/jobs-$1-rates")
+	ratio "$many" "$one"
+}
+rates_of() { tr '\n' ' ' <"/tmp/jobs-$1-rates"; }	# rates_of LABEL: B/ms of each flow
+
+# Shares go per job, not per flow: job 1's three flows against job 2's one
+# come out near 1:1; the same four flows with no job, near 3:1.
+test_jobs_flow_count() {
+	local jobs nojob
+	topo_incast
+	jobs=$(jobs_count count "--job 1" "--job 2")
+	nojob=$(jobs_count control "" "")
+	expect jobs/per-job-share "job 1's 3 flows : job 2's 1 flow ${jobs}:1 ($(rates_of count)B/ms); \
+the same flows with no job ${nojob}:1 ($(rates_of control)B/ms)" \
+		awk -v j="$jobs" -v n="$nojob" 'BEGIN { exit !(j <= 2.0 && j <= 0.67 * n) }'
+}
+
 # Out-of-range job ids are refused with the bounds, and change nothing.
 test_jobs_bad_input() {
 	topo_same_host
@@ -175,4 +212,4 @@ test_jobs_agent() {
 	agent_stop
 }
 
-JOBS_TESTS="jobs_not_held jobs_equal_split jobs_weights jobs_bad_input jobs_agent"
+JOBS_TESTS="jobs_not_held jobs_equal_split jobs_weights jobs_flow_count jobs_bad_input jobs_agent"

@@ -10,9 +10,9 @@ extern "C" {
 TEST_CASE("slow start grows by acked packets up to ssthresh", "[core]")
 {
     mercury_window w{10, 100, 0};
-    mercury_increase(&w, 5, MERCURY_WEIGHT_UNIT, 10000);
+    mercury_increase(&w, 5, MERCURY_WEIGHT_UNIT, 1, 10000);
     CHECK(w.cwnd == 15);
-    mercury_increase(&w, 200, MERCURY_WEIGHT_UNIT, 10000);
+    mercury_increase(&w, 200, MERCURY_WEIGHT_UNIT, 1, 10000);
     CHECK(w.cwnd >= 100);   // reached ssthresh, leftover went to AI
     CHECK(w.cwnd <= 102);
 }
@@ -25,7 +25,7 @@ TEST_CASE("additive increase is weight/UNIT packets per window", "[core]")
         for (int rtt = 0; rtt < 10; ++rtt) {
             const __u32 window = w.cwnd;
             for (__u32 i = 0; i < window; ++i)
-                mercury_increase(&w, 1, weight, 100000);
+                mercury_increase(&w, 1, weight, 1, 100000);
         }
         const double per_rtt = (w.cwnd - 100) / 10.0;
         CHECK(per_rtt == Approx(weight / 16.0).margin(0.35));
@@ -35,7 +35,7 @@ TEST_CASE("additive increase is weight/UNIT packets per window", "[core]")
 TEST_CASE("increase never exceeds the clamp", "[core]")
 {
     mercury_window w{90, 1000, 0};
-    mercury_increase(&w, 500, MERCURY_WEIGHT_UNIT, 100);
+    mercury_increase(&w, 500, MERCURY_WEIGHT_UNIT, 1, 100);
     CHECK(w.cwnd == 100);
 }
 
@@ -287,6 +287,81 @@ TEST_CASE("delay thresholds: rank 0 never yields, less urgent ranks yield sooner
     CHECK_FALSE(mercury_should_yield(3, 1000, 500, 1000));
     CHECK_FALSE(mercury_should_yield(0, 50000, 500, 1000));
     CHECK_FALSE(mercury_should_yield(3, 50000, 0, 1000));   // no base RTT yet
+}
+
+TEST_CASE("a job's sending flows are counted afresh every epoch", "[core][jobs]")
+{
+    mercury_job_census census{};
+    __u32 seen[4] = {};
+    const __u64 t0 = 7'000'000;
+    const __u32 epoch = 2000;
+
+    CHECK(mercury_job_census_count(&census, &seen[0], t0, epoch) == 1);
+    CHECK(mercury_job_census_count(&census, &seen[0], t0 + 10, epoch) == 1);   // counts once
+    CHECK(mercury_job_census_count(&census, &seen[1], t0 + 20, epoch) == 2);
+    CHECK(mercury_job_census_count(&census, &seen[2], t0 + 30, epoch) == 3);
+    // Next epoch: the first flow sees the whole last epoch's count.
+    CHECK(mercury_job_census_count(&census, &seen[0], t0 + epoch, epoch) == 3);
+    CHECK(mercury_job_census_count(&census, &seen[1], t0 + epoch + 5, epoch) == 3);
+    // Flow 2 stopped: one epoch later the job has two flows here.
+    CHECK(mercury_job_census_count(&census, &seen[0], t0 + 2 * epoch, epoch) == 2);
+    // Nobody sent for two epochs: the count starts from nothing, not from 2.
+    CHECK(mercury_job_census_count(&census, &seen[3], t0 + 5 * epoch, epoch) == 1);
+    // A stamp from another CPU slightly behind ours rolls nothing back.
+    CHECK(mercury_job_census_count(&census, &seen[0], t0 + 5 * epoch - 1, epoch) == 2);
+    // Capped: a job with many flows here counts as MERCURY_JOB_MAX_FLOWS.
+    mercury_job_census crowd{};
+    __u32 many[MERCURY_JOB_MAX_FLOWS + 4] = {};
+    __u32 n = 0;
+    for (auto &s : many)
+        n = mercury_job_census_count(&crowd, &s, t0, epoch);
+    CHECK(n == MERCURY_JOB_MAX_FLOWS);
+}
+
+TEST_CASE("each of n flows of a job grows by weight/n", "[core][jobs]")
+{
+    // From 100 packets in congestion avoidance, one ACK at a time: how many
+    // ACKs the first +1 takes. A whole flow: a window's worth (100).
+    auto acks_per_packet = [](__u32 flows) {
+        mercury_window w{100, 100, 0};
+        __u32 acks = 0;
+        while (w.cwnd == 100) {
+            mercury_increase(&w, 1, MERCURY_WEIGHT_UNIT, flows, 1'000'000);
+            acks++;
+        }
+        return acks;
+    };
+    CHECK(acks_per_packet(1) == 100);
+    CHECK(acks_per_packet(2) == 200);
+    CHECK(acks_per_packet(3) == 300);
+    CHECK(acks_per_packet(0) == 100);                                   // no job share: a whole flow
+    CHECK(acks_per_packet(1000) == 100 * MERCURY_JOB_MAX_FLOWS);        // capped
+}
+
+TEST_CASE("a job's flows follow each loss cut of the job once, while it is fresh", "[core][jobs]")
+{
+    mercury_job_census census{};
+    __u32 seen = 0;
+    const __u64 t0 = 9'000'000;
+    CHECK_FALSE(mercury_job_cut_due(&census, &seen, t0, 2000));          // no cut yet
+    census.cut_us = t0;
+    CHECK(mercury_job_cut_due(&census, &seen, t0 + 100, 2000));
+    CHECK_FALSE(mercury_job_cut_due(&census, &seen, t0 + 200, 2000));    // once per cut
+    census.cut_us = t0 + 500;
+    __u32 own = static_cast<__u32>(census.cut_us);                        // the flow that made it
+    CHECK_FALSE(mercury_job_cut_due(&census, &own, t0 + 600, 2000));
+    census.cut_us = t0 + 1000;
+    CHECK_FALSE(mercury_job_cut_due(&census, &seen, t0 + 4000, 2000));   // stale: not followed
+    CHECK_FALSE(mercury_job_cut_due(&census, &seen, t0 + 4001, 2000));
+
+    mercury_window w{100, 200, 7};
+    mercury_job_cut(&w, MERCURY_WEIGHT_UNIT);
+    CHECK(w.cwnd == 50);
+    CHECK(w.ssthresh == 50);
+    CHECK(w.cnt == 0);
+    mercury_window heavy{100, 200, 7};
+    mercury_job_cut(&heavy, 4 * MERCURY_WEIGHT_UNIT);                     // as its own loss would
+    CHECK(heavy.cwnd == mercury_ssthresh_after_loss(100, 4 * MERCURY_WEIGHT_UNIT));
 }
 
 TEST_CASE("yield halves but keeps the floor", "[core]")

@@ -65,7 +65,7 @@ TEST_CASE("BPF map layouts have no implicit padding", "[datapath]")
     CHECK(offsetof(mercury_bpf_flow_key, saddr) == 24);
     CHECK(sizeof(mercury_bpf_entry) == 16);
     CHECK(sizeof(mercury_bpf_config) == 40);
-    CHECK(sizeof(mercury_bpf_state) == 8 * (MERCURY_NUM_JOBS * (MERCURY_NUM_RANKS + 1) + MERCURY_BPF_CNT_MAX));
+    CHECK(sizeof(mercury_bpf_state) == 8 * (MERCURY_NUM_JOBS * (MERCURY_NUM_RANKS + 4) + MERCURY_BPF_CNT_MAX));
     CHECK(offsetof(mercury_bpf_entry, job) == 11);
     CHECK(sizeof(mercury_bpf_sock_state) == 16);
 }

@@ -122,6 +122,10 @@ test_agent_config() {
 	rc=$?
 	expect agent/config-bare-word "an unquoted value: exit $rc ($(head -1 /tmp/cfg.out))" \
 		sh -c "[ $rc = 2 ] && grep -q 'bad.conf:1:.*quoted' /tmp/cfg.out"
+	mercuryd --isolate-jobs maybe >/tmp/cfg.out 2>&1
+	rc=$?
+	expect agent/config-isolate-jobs "isolate_jobs = maybe: exit $rc ($(head -1 /tmp/cfg.out))" \
+		sh -c "[ $rc = 2 ] && grep -q 'isolate_jobs must be auto, true or false' /tmp/cfg.out"
 }
 
 # Registrations pile up faster than the agent reads them: each queued

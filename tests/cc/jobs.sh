@@ -168,17 +168,22 @@ weights_of_job() {	# the weights of job ID's flow entries, sorted, on one line
 	ctl h1 dump | awk -v j="$1" '/^flow/ && $NF == j { print $6 }' | sort -n | tr '\n' ' '
 }
 entries_with_a_job() { [ "$(ctl h1 dump | grep -c '^flow .* job [0-9]*$')" = "$1" ]; }
+weights_of_job_none() {	# the weights of the flow entries without a job id, as weights_of_job
+	ctl h1 dump | awk '/^flow/ && $(NF - 1) != "job" { print $6 }' | sort -n | tr '\n' ' '
+}
 
-# With isolate_jobs, mercuryd gives each job its own id: two jobs' entries
-# carry two ids; a job's weight scales its entries' weights; a job's entries
-# go when its trainer exits.
+# With isolate_jobs = auto (the default), mercuryd gives each job its own id
+# while two jobs run: two jobs' entries carry two ids; a job's weight scales
+# its entries' weights; a job's entries go when its trainer exits, and the
+# job left alone goes back to no id (it pays nothing for isolation). With
+# isolate_jobs = true a job alone keeps its id.
 test_jobs_agent() {
 	local alpha beta ids
 	topo_same_host
-	agent_start --isolate-jobs true
+	agent_start
 	jobs_trainer alpha 14
 	alpha=$!
-	jobs_trainer beta 5
+	jobs_trainer beta 8
 	beta=$!
 	wait_for 80 entries_with_a_job 8
 	ids=$(mercuryctl --json status --socket $AGENT_SOCK | grep -o '"job":"[a-z]*","job_id":[0-9]*')
@@ -196,19 +201,31 @@ test_jobs_agent() {
 	expect jobs/weight-scales "alpha's entry weights $before-> $after" \
 		[ -n "$before" -a "$after" = "$(echo $before | awk '{ for (i = 1; i <= NF; i++) printf "%d ", 3 * $i }')" ]
 	expect jobs/weight-others-kept "beta's $other-> $(weights_of_job "$b")" [ "$(weights_of_job "$b")" = "$other" ]
-	wait "$beta"
-	wait_for 50 job_entries_are "$b" 0
-	expect jobs/exited-withdrawn "beta exited: $(entries_of_job "$b") entries of job $b left" job_entries_are "$b" 0
-	expect jobs/others-kept "alpha runs on: $(entries_of_job "$a") entries of job $a" job_entries_are "$a" 4
 	ctl h1 flows --socket $AGENT_SOCK >/tmp/flows-jobs.txt 2>&1
 	# Layer 0 sends, so its socket has looked its entry up (the others have
 	# not since they registered: they show the id of no entry, 0).
 	local id
 	id=$(awk '$3 == "alpha" && $5 == 0 { print $4 }' /tmp/flows-jobs.txt)
 	expect jobs/flows-show-id "flows shows alpha's layer 0 socket with job id $id" [ "$id" = "$a" ]
+	wait "$beta"
+	wait_for 50 job_entries_are "$b" 0
+	expect jobs/exited-withdrawn "beta exited: $(entries_of_job "$b") entries of job $b left" job_entries_are "$b" 0
+	wait_for 50 entries_with_a_job 0
+	expect jobs/auto-alone-no-id "alpha alone: $(flow_entries) entries, $(ctl h1 dump | grep -c '^flow .* job [0-9]*$') with a job id" \
+		sh -c "[ $(flow_entries) = 4 ] && [ $(ctl h1 dump | grep -c '^flow .* job [0-9]*$') = 0 ]"
+	expect jobs/auto-alone-weight-kept "alpha's entry weights alone: $(weights_of_job_none)" \
+		[ "$(weights_of_job_none)" = "$after" ]
 	wait "$alpha"
-	wait_for 50 job_entries_are "$a" 0
+	wait_for 50 has_entries 0
 	expect jobs/last-withdrawn "alpha exited: $(flow_entries) entries left" has_entries 0
+	agent_stop
+	agent_start --isolate-jobs true
+	jobs_trainer alpha 3
+	alpha=$!
+	wait_for 80 entries_with_a_job 4
+	expect jobs/isolate-alone-id "isolate_jobs = true, alpha alone: $(ctl h1 dump | grep -c '^flow .* job [0-9]*$') entries with a job id" \
+		entries_with_a_job 4
+	wait "$alpha"
 	agent_stop
 }
 

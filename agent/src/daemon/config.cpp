@@ -41,11 +41,14 @@ Options (each may also be set in the config file, TOML: `key = "text"` or
                        lanes); more are refused with ENOSPC (default 16384)
   --frame-timeout-ms N a client that leaves a frame incomplete this long is
                        disconnected with ETIMEDOUT (default 10000)
-  --isolate-jobs BOOL  true: each job (trainers of one job name) gets its own
-                       datapath job id, so one job's ranks never hold another
-                       job's flows (needs tcp_mercury of this version, or the
-                       BPF datapath); false: ranks order every flow on the
-                       host, as before (default false)
+  --isolate-jobs MODE  auto, true or false. true: each job (trainers of one
+                       job name) gets its own datapath job id, so one job's
+                       ranks never hold another job's flows, and jobs share
+                       links per job (needs tcp_mercury of this version, or
+                       the BPF datapath); auto: as true while two or more
+                       jobs run on this host, as false while one does (it
+                       then pays nothing for isolation); false: ranks order
+                       every flow on the host (default auto)
   --job-weight N       weight of a job that `mercuryctl job set` did not
                        weigh, 1..64: its entries' weights are multiplied by
                        it (default 1)
@@ -106,9 +109,14 @@ std::string apply(Config& c, const std::string& key, const std::string& value)
             return "max_flows_per_client must be 1..1000000";
         c.max_flows_per_client = n;
     } else if (key == "isolate_jobs") {
-        if (value != "true" && value != "false")
-            return "isolate_jobs must be true or false";
-        c.isolate_jobs = value == "true";
+        if (value == "true")
+            c.isolate_jobs = JobIsolation::kOn;
+        else if (value == "false")
+            c.isolate_jobs = JobIsolation::kOff;
+        else if (value == "auto")
+            c.isolate_jobs = JobIsolation::kAuto;
+        else
+            return "isolate_jobs must be auto, true or false";
     } else if (key == "job_weight") {
         if (!to_unsigned(value, n) || n < 1 || n > proto::kMaxJobWeight)
             return "job_weight must be 1..64";

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/jobs.hpp"
 #include "daemon/kernel_sync.hpp"
 #include "daemon/log.hpp"
 #include "daemon/trainer_server.hpp"
@@ -20,7 +21,7 @@ struct Config {
     SocketOptions socket;
     KernelSyncOptions kernel;
     unsigned max_flows_per_client = 16384;   // registered connections per trainer
-    bool isolate_jobs = false;               // a datapath job id per job name
+    JobIsolation isolate_jobs = JobIsolation::kAuto;   // datapath job ids per job name
     unsigned job_weight = 1;                 // jobs mercuryctl job set did not weigh
     std::string metrics;                     // ADDR:PORT of /metrics; empty: off
     LogLevel log_level = LogLevel::kInfo;

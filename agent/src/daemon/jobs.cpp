@@ -25,6 +25,7 @@ int JobRegistry::open(uint32_t session, const proto::Hello& hello, uint32_t uid)
         return EINVAL;
     if (jobs_.count(session))
         return EALREADY;
+    const bool isolating_before = isolating();
     Job job;
     job.name = hello.job;
     job.id = acquire_id(hello.job);
@@ -32,6 +33,7 @@ int JobRegistry::open(uint32_t session, const proto::Hello& hello, uint32_t uid)
     job.pid = hello.pid;
     job.uid = uid;
     jobs_.emplace(session, std::move(job));
+    isolation_changed(isolating_before);
     return 0;
 }
 
@@ -100,7 +102,7 @@ void JobRegistry::forget_flows(const Job& job)
 
 uint8_t JobRegistry::acquire_id(const std::string& name)
 {
-    if (!isolate_jobs_)
+    if (isolate_jobs_ == JobIsolation::kOff)
         return MERCURY_JOB_NONE;
     if (auto it = ids_.find(name); it != ids_.end()) {
         ++it->second.sessions;
@@ -126,6 +128,26 @@ void JobRegistry::release_id(const std::string& name)
         ids_.erase(it);
 }
 
+bool JobRegistry::isolating() const
+{
+    return isolate_jobs_ == JobIsolation::kOn || (isolate_jobs_ == JobIsolation::kAuto && ids_.size() >= 2);
+}
+
+uint8_t JobRegistry::datapath_id(const Job& job) const
+{
+    return isolating() ? job.id : MERCURY_JOB_NONE;
+}
+
+// Auto: a second job arrived, or only one is left. Every entry changes id.
+void JobRegistry::isolation_changed(bool before)
+{
+    if (isolating() == before)
+        return;
+    for (const auto& [session, job] : jobs_)
+        push_all_entries(job);
+    kernel_.flush();
+}
+
 void JobRegistry::set_job_weight(const std::string& name, uint16_t weight)
 {
     weights_[name] = weight;
@@ -144,7 +166,8 @@ uint16_t JobRegistry::job_weight(const std::string& name) const
 EntryValue JobRegistry::entry(const Job& job, uint8_t rank, uint16_t weight) const
 {
     const uint32_t scaled = uint32_t{weight} * job_weight(job.name);
-    return {rank, static_cast<uint16_t>(std::clamp<uint32_t>(scaled, MERCURY_WEIGHT_MIN, MERCURY_WEIGHT_MAX)), job.id};
+    return {rank, static_cast<uint16_t>(std::clamp<uint32_t>(scaled, MERCURY_WEIGHT_MIN, MERCURY_WEIGHT_MAX)),
+            datapath_id(job)};
 }
 
 void JobRegistry::push_all_entries(const Job& job)
@@ -227,9 +250,11 @@ void JobRegistry::close(uint32_t session)
     for (const auto& [key, rank] : job->lane_flows)
         kernel_.remove(key);
     forget_flows(*job);
+    const bool isolating_before = isolating();
     release_id(job->name);
     jobs_.erase(session);
     kernel_.flush();
+    isolation_changed(isolating_before);
 }
 
 // New priorities from the job's timings: only the connections of layers
@@ -288,7 +313,7 @@ std::string JobRegistry::status_json() const
                               {"deadline_us", p.deadline_us}, {"rank", p.rank}, {"weight", p.weight},
                               {"flows", std::move(flows)}});
         }
-        status["jobs"].push_back({{"session", session}, {"job", job.name}, {"job_id", job.id},
+        status["jobs"].push_back({{"session", session}, {"job", job.name}, {"job_id", datapath_id(job)},
                                   {"job_weight", job_weight(job.name)}, {"worker", job.worker_rank},
                                   {"pid", job.pid}, {"iteration", job.iteration},
                                   {"timing_reports", job.timing_reports}, {"lanes", std::move(lanes)},
@@ -311,7 +336,7 @@ std::string JobRegistry::status_text() const
                std::to_string(job.pid) + ": iteration " + std::to_string(job.iteration) + ", " +
                std::to_string(job.timing_reports) + " timing reports, " + std::to_string(job.lane_flows.size()) +
                " lane connections, job weight " + std::to_string(job_weight(job.name)) +
-               (job.id ? ", job id " + std::to_string(job.id) : "") + "\n";
+               (datapath_id(job) ? ", job id " + std::to_string(datapath_id(job)) : "") + "\n";
         char line[256];
         std::snprintf(line, sizeof(line), "  %-4s %-24s %12s %9s %9s %10s %4s %6s %s\n", "#", "layer", "param_bytes",
                       "fwd_us", "bwd_us", "deadline", "rank", "weight", "flows");

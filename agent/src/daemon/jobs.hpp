@@ -17,9 +17,16 @@
 
 namespace mercury {
 
+// Whether jobs get datapath job ids (mercuryd's isolate_jobs).
+enum class JobIsolation {
+    kOff,    // no ids: one precedence for every flow on the host
+    kAuto,   // ids while two or more jobs run here; none while one does
+    kOn,     // an id for every job
+};
+
 struct Job {
     std::string name;
-    uint8_t id = 0;   // the datapath's job id (0: none, isolation off or ids used up)
+    uint8_t id = 0;   // its job id (0: none, isolation off or ids used up); see datapath_id
     uint32_t worker_rank = 0;
     uint32_t pid = 0;
     uint32_t uid = 0;
@@ -45,7 +52,10 @@ public:
     void set_max_flows_per_session(size_t n) { max_flows_per_session_ = n; }
     // Give each job (sessions of one name) its own datapath job id, so its
     // ranks order only its own flows. Set before the first session opens.
-    void set_isolate_jobs(bool on) { isolate_jobs_ = on; }
+    void set_isolate_jobs(JobIsolation mode) { isolate_jobs_ = mode; }
+    // The job id @job's entries carry: its id, or 0 while isolation is off
+    // (or auto, with one job here).
+    uint8_t datapath_id(const Job& job) const;
     // A job's weight multiplies its entries' weights (its share against
     // other jobs); jobs without one get @default_weight.
     void set_default_job_weight(uint16_t weight) { default_weight_ = weight; }
@@ -81,7 +91,9 @@ private:
     uint8_t acquire_id(const std::string& name);   // 0 when isolation is off or all ids are taken
     void release_id(const std::string& name);
     EntryValue entry(const Job& job, uint8_t rank, uint16_t weight) const;
-    void push_all_entries(const Job& job);   // after its weight changed
+    void push_all_entries(const Job& job);   // after its weight or id changed
+    bool isolating() const;                  // entries carry job ids now
+    void isolation_changed(bool before);     // entries again, if isolating() moved
 
     // Which session holds a connection, and as which layer (or lane): a
     // claim is found without walking every job's flows.
@@ -96,7 +108,7 @@ private:
     std::map<uint32_t, Job> jobs_;
     std::map<FlowKey, Owner, FlowKeyLess> owners_;
     size_t max_flows_per_session_ = 16384;
-    bool isolate_jobs_ = false;
+    JobIsolation isolate_jobs_ = JobIsolation::kAuto;
     // Job ids in use, by job name: one per job however many of its sessions
     // (workers) run on this host.
     struct IdUse {

@@ -16,6 +16,14 @@ every worker; its time alone is the replayer's own mean.
 Targets (issue 13), reported as met or missed: with isolation, each job's
 slowdown is at most its slowdown under fifo, and each job's iteration time
 together is below its time together under fifo.
+
+Link load. When both jobs' busiest link is the same (it is with the same
+placement), each iteration of job j keeps that link busy for at least link_s_j
+(mercury-replay bound), so any schedule has sum_j link_s_j / t_j <= 1 for the
+jobs' iteration times t_j together. The report gives that sum per mode (the
+share of the link that carried the jobs' bytes), and for the first target the
+load it implies (t_j = fifo's slowdown x time alone with isolation): above 1,
+no transport can meet it.
 """
 from __future__ import annotations
 
@@ -83,6 +91,35 @@ def load(path: Path) -> List[dict]:
     return [r for r in runs if r.get("role") == "worker"]
 
 
+def load_bounds(path: Path) -> Dict[Tuple[str, str], dict]:
+    """(pair, job) -> the job's bound line (link_s, busiest_link)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if '"role":"bound"' in line:
+            b = json.loads(line)
+            out[(b["pair"], b["job"])] = b
+    return out
+
+
+def link_load(pair: str, r: dict, bounds: Dict[Tuple[str, str], dict]) -> Optional[dict]:
+    """Per mode, sum_j link_s_j / t_j on the jobs' shared busiest link; and
+    what the first target would load it to. None unless the link is shared."""
+    b = [bounds.get((pair, job)) for job in r["jobs"]]
+    if not all(b) or len({x["busiest_link"] for x in b}) != 1:
+        return None
+    link_s = {job: x["link_s"] for job, x in zip(r["jobs"], b)}
+    per_mode = {}
+    for label, mode in r["modes"].items():
+        jobs = mode["jobs"]
+        if all(job in jobs for job in r["jobs"]):
+            per_mode[label] = sum(link_s[job] / jobs[job]["together_s"] for job in r["jobs"])
+    iso, fifo = r["modes"].get("mercury-isolated", {}).get("jobs", {}), r["modes"].get("fifo", {}).get("jobs", {})
+    target = None
+    if all(job in iso and job in fifo for job in r["jobs"]):
+        target = sum(link_s[job] / (fifo[job]["slowdown"] * iso[job]["alone_s"]) for job in r["jobs"])
+    return {"link": b[0]["busiest_link"], "link_s": link_s, "by_mode": per_mode, "target_slowdown_load": target}
+
+
 def analyse(workers: List[dict]) -> dict:
     # (pair, setting, label, repeat) -> job -> workers
     groups: Dict[Tuple[str, str, str, int], Dict[str, List[Worker]]] = defaultdict(lambda: defaultdict(list))
@@ -142,6 +179,10 @@ def analyse(workers: List[dict]) -> dict:
 def targets(report: dict) -> Tuple[List[str], List[str]]:
     met, missed = [], []
     for pair, r in report.items():
+        load = r.get("link_load")
+        if load and load["target_slowdown_load"] and load["target_slowdown_load"] > 1:
+            missed.append(f"{pair} slowdown_at_most_fifo out of reach of any transport (it would load "
+                          f"{load['link']} to {load['target_slowdown_load']:.2f})")
         iso, fifo = r["modes"].get("mercury-isolated", {}).get("jobs", {}), r["modes"].get("fifo", {}).get("jobs", {})
         for job in r["jobs"]:
             if job not in iso or job not in fifo:
@@ -177,6 +218,16 @@ def markdown(report: dict, met: List[str], missed: List[str]) -> str:
                              f"{fmt(j['together_s'], j['together_ci95_s'])} | "
                              f"{fmt(j['slowdown'], j['slowdown_ci95'], 2)} | {jain_cell} |")
     lines.append("")
+    for pair, r in report.items():
+        load = r.get("link_load")
+        if not load:
+            continue
+        modes = ", ".join(f"{label} {v:.2f}" for label, v in load["by_mode"].items())
+        target = load["target_slowdown_load"]
+        lines.append(f"Link load on {pair}'s shared busiest link ({load['link']}; 1 = every byte of "
+                     f"both jobs at line rate): {modes}"
+                     + (f"; the slowdown target would need {target:.2f}" if target else "") + ".")
+    lines.append("")
     lines.append(f"Targets (issue 13): met {len(met)}; missed: {', '.join(missed) if missed else 'none'}")
     return "\n".join(lines) + "\n"
 
@@ -191,6 +242,9 @@ def main() -> int:
         print(f"bench-jobs-report: {runs} not found (run scripts/bench-jobs.sh first)", file=sys.stderr)
         return 1
     report = analyse(load(runs))
+    bounds = load_bounds(runs)
+    for pair, r in report.items():
+        r["link_load"] = link_load(pair, r, bounds)
     met, missed = targets(report)
     md = markdown(report, met, missed)
     Path(f"{out}.md").write_text(md)

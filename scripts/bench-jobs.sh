@@ -7,11 +7,13 @@
 # 7001), and one mercuryd per host serves both jobs.
 #
 # For every pair in PAIRS ("A+B:GBPS"), REPEATS rounds, interleaved, of:
-#   alone:    each job by itself: fifo (BASELINE_CC), mercury, and mercury
-#             with isolate_jobs = true;
+#   alone:    each job by itself: fifo (BASELINE_CC), mercury with
+#             isolate_jobs = false, and mercury with isolate_jobs = auto
+#             (the default: a job alone on its hosts gets no job id);
 #   together: both jobs at once, fifo; mercury as before jobs existed
 #             (isolate_jobs = false: one precedence for every flow on a
-#             host); mercury with isolate_jobs = true.
+#             host, "mercury-shared"); mercury with isolate_jobs = auto
+#             (two jobs on every host: each its own id, "mercury-isolated").
 # Job B runs more iterations than A when its iterations are shorter (by the
 # ratio of their bounds), so that it covers A's whole run; a job's time
 # together counts only iterations inside the span both jobs were measuring.
@@ -60,9 +62,14 @@ agents_start() {
 	done
 }
 
-bound_of() {	# bound_of MODEL GBPS
-	mercury-replay bound --profile "$profiles/$1.graph.txt" --mode mercury --workers $W --servers-count $S \
-		--byte-divisor "$(divisor_of "$2")" --rate-mbit "$RATE" | sed -n 's/.*"bound_s":\([0-9.]*\).*/\1/p'
+# bound_of MODEL GBPS JOB: the job's bound (s); its whole bound line (with
+# its busiest link, for the report's link load) goes to OUT.runs.jsonl.
+bound_of() {
+	local line
+	line=$(mercury-replay bound --profile "$profiles/$1.graph.txt" --mode mercury --workers $W --servers-count $S \
+		--byte-divisor "$(divisor_of "$2")" --rate-mbit "$RATE") || return 1
+	echo "$line" | sed "s/^{/{\"pair\":\"$PAIR\",\"job\":\"$3\",/" >>"$out.runs.jsonl"
+	echo "$line" | sed -n 's/.*"bound_s":\([0-9.]*\).*/\1/p'
 }
 
 # job ROLE_TAG MODEL ITERS MODE PORT JOBNAME CC: one job's training in the
@@ -105,21 +112,21 @@ for pair in $PAIRS; do
 	models=${pair%%:*} gbps=${pair#*:}
 	a=${models%%+*} b=${models#*+}
 	DIVISOR=$(divisor_of "$gbps")
-	ba=$(bound_of "$a" "$gbps") bb=$(bound_of "$b" "$gbps")
+	ja="job-a-$a" jb="job-b-$b"
+	ba=$(bound_of "$a" "$gbps" "$ja") bb=$(bound_of "$b" "$gbps" "$jb")
 	# B covers A's run: as many iterations as fit in A's, and a quarter more.
 	iters_b=$(awk -v i="$ITER" -v a="$ba" -v b="$bb" 'BEGIN { n = int(i * a / b * 1.25 + 0.999); print (n < i ? i : n) }')
-	ja="job-a-$a" jb="job-b-$b"
 	say "INFO pair $pair: job A $a ($ITER iterations, bound $ba s), job B $b ($iters_b iterations, bound $bb s)"
 	for r in $(seq 1 "$REPEATS"); do
 		run alone fifo "$r" none "$a:$ITER:fifo:7000:$ja:$BASELINE_CC"
 		run alone fifo "$r" none "$b:$iters_b:fifo:7001:$jb:$BASELINE_CC"
 		run alone mercury "$r" false "$a:$ITER:mercury:7000:$ja:mercury"
 		run alone mercury "$r" false "$b:$iters_b:mercury:7001:$jb:mercury"
-		run alone mercury-isolated "$r" true "$a:$ITER:mercury:7000:$ja:mercury"
-		run alone mercury-isolated "$r" true "$b:$iters_b:mercury:7001:$jb:mercury"
+		run alone mercury-isolated "$r" auto "$a:$ITER:mercury:7000:$ja:mercury"
+		run alone mercury-isolated "$r" auto "$b:$iters_b:mercury:7001:$jb:mercury"
 		run together fifo "$r" none "$a:$ITER:fifo:7000:$ja:$BASELINE_CC" "$b:$iters_b:fifo:7001:$jb:$BASELINE_CC"
 		run together mercury-shared "$r" false "$a:$ITER:mercury:7000:$ja:mercury" "$b:$iters_b:mercury:7001:$jb:mercury"
-		run together mercury-isolated "$r" true "$a:$ITER:mercury:7000:$ja:mercury" "$b:$iters_b:mercury:7001:$jb:mercury"
+		run together mercury-isolated "$r" auto "$a:$ITER:mercury:7000:$ja:mercury" "$b:$iters_b:mercury:7001:$jb:mercury"
 	done
 done
 python3 "$top/scripts/bench-jobs-report.py" "$out" || failed=1

@@ -185,6 +185,15 @@ check status-json-escaped [ $? -eq 0 ] || echo "  $out"
 check limits-agent-serves sh -c "'$bin/mercuryctl' status --socket '$dir/limits.sock' >/dev/null"
 kill $limits
 wait $limits 2>/dev/null
+# A job is its name and its user: nobody's trainer that says root's job name
+# gets a job id of its own (isolate_jobs = auto, the default).
+"$bin/mercuryd" --datapath kmod --socket "$dir/names.sock" --socket-mode 0666 2>"$dir/names.log" &
+names=$!
+for _ in $(seq 100); do [ -S "$dir/names.sock" ] && break; sleep 0.05; done
+out=$(/usr/bin/python3 "$(dirname "$0")/hostile.py" same-name "$dir/names.sock" 2>&1)
+check job-is-name-and-user [ $? -eq 0 ] || echo "  $out"
+kill $names
+wait $names 2>/dev/null
 check garbage-harmless kill -0 $agent
 wait $client
 check python-wrapper grep -q "python no-agent ok" "$dir/py.out" || cat "$dir/py.out"

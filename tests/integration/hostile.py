@@ -14,9 +14,14 @@ usage: hostile.py partial-frame SOCKET       a frame begun and never finished
        hostile.py json-names SOCKET          a job and layer named with quotes,
                                              control bytes and invalid UTF-8:
                                              the JSON status still parses
+       hostile.py same-name SOCKET           two trainers of root and one of
+                                             nobody say one job name: root's
+                                             share a job id, nobody's gets
+                                             another (run as root)
 """
 import errno
 import json
+import os
 import socket
 import struct
 import sys
@@ -151,6 +156,54 @@ def json_names(path: str) -> int:
     return 1
 
 
+def job_ids(s: socket.socket, name: str) -> list:
+    """The job ids status shows for the sessions named @name, once all 3 are there."""
+    for _ in range(50):
+        s.sendall(frame(STATUS_REQUEST, b"\x00"))  # JSON
+        kind, body = next(frames(s))
+        (n,) = struct.unpack_from("<I", body)
+        ids = [j["job_id"] for j in json.loads(body[4:4 + n])["jobs"] if j["job"] == name]
+        if len(ids) == 3:
+            return ids
+        time.sleep(0.1)
+    return []
+
+
+def same_name(path: str) -> int:
+    # A job is its name and its user: another user who says the same name
+    # must not join the job (it would then hold its flows, or make them back
+    # off with its own). Two jobs on the host: isolate_jobs = auto gives ids.
+    hello = frame(HELLO, string("shared-name") + struct.pack("<II", 0, 0))
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            other = connect(path)
+            other.sendall(hello)
+        except OSError as e:
+            print(f"nobody's trainer: {e}")
+            os.write(ready_w, b"e")
+            os._exit(1)
+        os.write(ready_w, b"o")
+        os.read(done_r, 1)  # keep the session until the parent has looked
+        os._exit(0)
+    if os.read(ready_r, 1) != b"o":
+        os.waitpid(child, 0)
+        return 1
+    first, second = connect(path), connect(path)
+    first.sendall(hello)
+    second.sendall(hello)
+    ids = job_ids(connect(path), "shared-name")
+    os.write(done_w, b"x")
+    os.waitpid(child, 0)
+    print(f"job ids of the three sessions: {sorted(ids)}")
+    # Root's two sessions share one id; nobody's is another; none is 0.
+    return 0 if len(ids) == 3 and 0 not in ids and len(set(ids)) == 2 else 1
+
+
 def main() -> int:
     mode, path = sys.argv[1], sys.argv[2]
     if mode == "partial-frame":
@@ -161,6 +214,8 @@ def main() -> int:
         return flows_limit(path, int(sys.argv[3]))
     if mode == "json-names":
         return json_names(path)
+    if mode == "same-name":
+        return same_name(path)
     print(__doc__, file=sys.stderr)
     return 2
 

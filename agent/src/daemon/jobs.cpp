@@ -28,7 +28,7 @@ int JobRegistry::open(uint32_t session, const proto::Hello& hello, uint32_t uid)
     const bool isolating_before = isolating();
     Job job;
     job.name = hello.job;
-    job.id = acquire_id(hello.job);
+    job.id = acquire_id(JobOwner{uid, hello.job});
     job.worker_rank = hello.worker_rank;
     job.pid = hello.pid;
     job.uid = uid;
@@ -100,7 +100,7 @@ void JobRegistry::forget_flows(const Job& job)
         owners_.erase(key);
 }
 
-uint8_t JobRegistry::acquire_id(const std::string& name)
+uint8_t JobRegistry::acquire_id(const JobOwner& name)
 {
     if (isolate_jobs_ == JobIsolation::kOff)
         return MERCURY_JOB_NONE;
@@ -121,7 +121,7 @@ uint8_t JobRegistry::acquire_id(const std::string& name)
     return MERCURY_JOB_NONE;
 }
 
-void JobRegistry::release_id(const std::string& name)
+void JobRegistry::release_id(const JobOwner& name)
 {
     const auto it = ids_.find(name);
     if (it != ids_.end() && --it->second.sessions == 0)
@@ -251,7 +251,7 @@ void JobRegistry::close(uint32_t session)
         kernel_.remove(key);
     forget_flows(*job);
     const bool isolating_before = isolating();
-    release_id(job->name);
+    release_id(JobOwner{job->uid, job->name});
     jobs_.erase(session);
     kernel_.flush();
     isolation_changed(isolating_before);

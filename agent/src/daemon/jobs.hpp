@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <utility>
 #include <optional>
 #include <string>
 #include <vector>
@@ -88,8 +89,12 @@ private:
     void forget_flow(const FlowKey& key);  // in whichever job holds it
     void forget_flows(const Job& job);     // the owner index's entries of @job
     bool full(const Job& job) const;
-    uint8_t acquire_id(const std::string& name);   // 0 when isolation is off or all ids are taken
-    void release_id(const std::string& name);
+    // A job is its name and its user's uid: another user's trainer that says
+    // the same name is another job, and can neither hold this one's flows nor
+    // make them back off with its own.
+    using JobOwner = std::pair<uint32_t, std::string>;   // uid, job name
+    uint8_t acquire_id(const JobOwner& name);   // 0 when isolation is off or all ids are taken
+    void release_id(const JobOwner& name);
     EntryValue entry(const Job& job, uint8_t rank, uint16_t weight) const;
     void push_all_entries(const Job& job);   // after its weight or id changed
     bool isolating() const;                  // entries carry job ids now
@@ -109,13 +114,13 @@ private:
     std::map<FlowKey, Owner, FlowKeyLess> owners_;
     size_t max_flows_per_session_ = 16384;
     JobIsolation isolate_jobs_ = JobIsolation::kAuto;
-    // Job ids in use, by job name: one per job however many of its sessions
-    // (workers) run on this host.
+    // Job ids in use, by job (uid and name): one per job however many of its
+    // sessions (workers) run on this host.
     struct IdUse {
         uint8_t id = 0;
         size_t sessions = 0;
     };
-    std::map<std::string, IdUse> ids_;
+    std::map<JobOwner, IdUse> ids_;
     std::map<std::string, uint16_t> weights_;   // set by mercuryctl job set
     uint16_t default_weight_ = 1;
 };

@@ -224,13 +224,11 @@ static void mercury_follow_job_cut(struct sock *sk, struct mercury_sock *ca,
 
 	if (ca->job == MERCURY_JOB_NONE || (ca->flags & MERCURY_F_HELD) ||
 	    tcp_in_cwnd_reduction(sk) ||
-	    !mercury_job_cut_due(&mn->census[ca->job], &ca->cut_seen, now_us,
-				 mercury_hold_window_us(tp->srtt_us >> 3)))
+	    !mercury_job_cut_due(&mn->census[ca->job], &ca->cut_seen,
+				 &ca->last_backoff_us, now_us,
+				 mercury_hold_window_us(tp->srtt_us >> 3),
+				 tp->srtt_us >> 3))
 		return;
-	/* At most once an RTT, its own cuts and yields included. */
-	if ((u32)now_us - ca->last_backoff_us < (tp->srtt_us >> 3))
-		return;
-	ca->last_backoff_us = (u32)now_us;
 	mercury_load(tp, ca, &w);
 	mercury_job_cut(&w, ca->weight);
 	mercury_store(tp, ca, &w);

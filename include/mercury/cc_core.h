@@ -364,18 +364,26 @@ static inline __u32 mercury_job_census_count(struct mercury_job_census *c,
 /*
  * True once per loss cut of another flow of the job (@seen: the cut it last
  * followed, or made, low 32 bits) made within @window_us: this flow backs
- * off with it (mercury_job_cut), so the job shrinks as one flow would.
+ * off with it (mercury_job_cut), so the job shrinks as one flow would. At
+ * most once an RTT (@srtt_us), its own cuts and yields included: @last_us
+ * (low 32 bits) is when it last backed off, and becomes now if it does.
  */
 static inline int mercury_job_cut_due(const struct mercury_job_census *c,
-				      __u32 *seen, __u64 now_us,
-				      __u32 window_us)
+				      __u32 *seen, __u32 *last_us,
+				      __u64 now_us, __u32 window_us,
+				      __u32 srtt_us)
 {
 	__u64 t = c->cut_us;
 
 	if (!t || (__u32)t == *seen)
 		return 0;
 	*seen = (__u32)t;
-	return t > now_us || now_us - t < window_us;
+	if (t <= now_us && now_us - t >= window_us)
+		return 0;	/* stale */
+	if ((__u32)now_us - *last_us < srtt_us)
+		return 0;
+	*last_us = (__u32)now_us;
+	return 1;
 }
 
 /* Back off as after a loss of its own, without one. */

@@ -455,13 +455,10 @@ static __always_inline void mercury_follow_job_cut(struct sock *sk,
 	    (ca->flags & MERCURY_F_HELD) || mercury_in_cwnd_reduction(sk))
 		return;
 	barrier_var(st);	/* see mercury_job_stamps() */
-	if (!mercury_job_cut_due(&st->census[job], &ca->cut_seen, now_us,
-				 window_us))
+	if (!mercury_job_cut_due(&st->census[job], &ca->cut_seen,
+				 &ca->last_backoff_us, now_us, window_us,
+				 tp->srtt_us >> 3))
 		return;
-	/* At most once an RTT, its own cuts and yields included. */
-	if ((__u32)now_us - ca->last_backoff_us < (tp->srtt_us >> 3))
-		return;
-	ca->last_backoff_us = (__u32)now_us;
 	mercury_load(tp, ca, &w);
 	mercury_job_cut(&w, ca->weight);
 	mercury_store(tp, ca, &w);

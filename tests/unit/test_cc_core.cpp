@@ -341,18 +341,26 @@ TEST_CASE("each of n flows of a job grows by weight/n", "[core][jobs]")
 TEST_CASE("a job's flows follow each loss cut of the job once, while it is fresh", "[core][jobs]")
 {
     mercury_job_census census{};
-    __u32 seen = 0;
+    __u32 seen = 0, last = 0;
     const __u64 t0 = 9'000'000;
-    CHECK_FALSE(mercury_job_cut_due(&census, &seen, t0, 2000));          // no cut yet
+    const __u32 window = 2000, srtt = 800;
+    CHECK_FALSE(mercury_job_cut_due(&census, &seen, &last, t0, window, srtt));          // no cut yet
     census.cut_us = t0;
-    CHECK(mercury_job_cut_due(&census, &seen, t0 + 100, 2000));
-    CHECK_FALSE(mercury_job_cut_due(&census, &seen, t0 + 200, 2000));    // once per cut
+    CHECK(mercury_job_cut_due(&census, &seen, &last, t0 + 100, window, srtt));
+    CHECK(last == static_cast<__u32>(t0 + 100));
+    CHECK_FALSE(mercury_job_cut_due(&census, &seen, &last, t0 + 200, window, srtt));    // once per cut
     census.cut_us = t0 + 500;
-    __u32 own = static_cast<__u32>(census.cut_us);                        // the flow that made it
-    CHECK_FALSE(mercury_job_cut_due(&census, &own, t0 + 600, 2000));
+    __u32 own = static_cast<__u32>(census.cut_us), own_last = own;                        // the flow that made it
+    CHECK_FALSE(mercury_job_cut_due(&census, &own, &own_last, t0 + 600, window, srtt));
+    // Another cut within an RTT of the last back-off: not followed (once an RTT).
+    CHECK_FALSE(mercury_job_cut_due(&census, &seen, &last, t0 + 600, window, srtt));
+    CHECK(last == static_cast<__u32>(t0 + 100));
     census.cut_us = t0 + 1000;
-    CHECK_FALSE(mercury_job_cut_due(&census, &seen, t0 + 4000, 2000));   // stale: not followed
-    CHECK_FALSE(mercury_job_cut_due(&census, &seen, t0 + 4001, 2000));
+    CHECK(mercury_job_cut_due(&census, &seen, &last, t0 + 1000, window, srtt));          // an RTT later: yes
+    census.cut_us = t0 + 2000;
+    CHECK_FALSE(mercury_job_cut_due(&census, &seen, &last, t0 + 4000, window, srtt));   // stale: not followed
+    CHECK_FALSE(mercury_job_cut_due(&census, &seen, &last, t0 + 4001, window, srtt));
+    CHECK(last == static_cast<__u32>(t0 + 1000));
 
     mercury_window w{100, 200, 7};
     mercury_job_cut(&w, MERCURY_WEIGHT_UNIT);

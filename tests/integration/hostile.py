@@ -156,24 +156,26 @@ def json_names(path: str) -> int:
     return 1
 
 
-def job_ids(s: socket.socket, name: str) -> list:
-    """The job ids status shows for the sessions named @name, once all 3 are there."""
+def job_ids(s: socket.socket, name: str) -> dict:
+    """Worker rank -> job id of the sessions named @name, once all 3 are there."""
     for _ in range(50):
         s.sendall(frame(STATUS_REQUEST, b"\x00"))  # JSON
         kind, body = next(frames(s))
         (n,) = struct.unpack_from("<I", body)
-        ids = [j["job_id"] for j in json.loads(body[4:4 + n])["jobs"] if j["job"] == name]
+        ids = {j["worker"]: j["job_id"] for j in json.loads(body[4:4 + n])["jobs"] if j["job"] == name}
         if len(ids) == 3:
             return ids
         time.sleep(0.1)
-    return []
+    return {}
 
 
 def same_name(path: str) -> int:
     # A job is its name and its user: another user who says the same name
     # must not join the job (it would then hold its flows, or make them back
     # off with its own). Two jobs on the host: isolate_jobs = auto gives ids.
-    hello = frame(HELLO, string("shared-name") + struct.pack("<II", 0, 0))
+    def hello(worker: int) -> bytes:
+        return frame(HELLO, string("shared-name") + struct.pack("<II", worker, 0))
+
     ready_r, ready_w = os.pipe()
     done_r, done_w = os.pipe()
     child = os.fork()
@@ -182,7 +184,7 @@ def same_name(path: str) -> int:
             os.setgid(65534)
             os.setuid(65534)
             other = connect(path)
-            other.sendall(hello)
+            other.sendall(hello(9))
         except OSError as e:
             print(f"nobody's trainer: {e}")
             os.write(ready_w, b"e")
@@ -194,14 +196,14 @@ def same_name(path: str) -> int:
         os.waitpid(child, 0)
         return 1
     first, second = connect(path), connect(path)
-    first.sendall(hello)
-    second.sendall(hello)
+    first.sendall(hello(1))
+    second.sendall(hello(2))
     ids = job_ids(connect(path), "shared-name")
     os.write(done_w, b"x")
     os.waitpid(child, 0)
-    print(f"job ids of the three sessions: {sorted(ids)}")
+    print(f"job ids by worker (1, 2: root; 9: nobody): {ids}")
     # Root's two sessions share one id; nobody's is another; none is 0.
-    return 0 if len(ids) == 3 and 0 not in ids and len(set(ids)) == 2 else 1
+    return 0 if len(ids) == 3 and 0 not in ids.values() and ids[1] == ids[2] != ids[9] else 1
 
 
 def main() -> int:

@@ -232,6 +232,7 @@ static void mercury_follow_job_cut(struct sock *sk, struct mercury_sock *ca,
 	mercury_load(tp, ca, &w);
 	mercury_job_cut(&w, ca->weight);
 	mercury_store(tp, ca, &w);
+	mercury_count(mn, MERCURY_CNT_JOB_CUTS);
 }
 
 static void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,

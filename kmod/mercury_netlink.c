@@ -443,6 +443,7 @@ static int mercury_fill_stats(struct sk_buff *msg, struct mercury_net *mn)
 		[MERCURY_CNT_HELD_IN_RECOVERY]	= MERCURY_STAT_HELD_IN_RECOVERY,
 		[MERCURY_CNT_HOLD_LEAKS]	= MERCURY_STAT_HOLD_LEAKS,
 		[MERCURY_CNT_YIELD_GRANTS]	= MERCURY_STAT_YIELD_GRANTS,
+		[MERCURY_CNT_JOB_CUTS]		= MERCURY_STAT_JOB_CUTS,
 	};
 	struct nlattr *nest = nla_nest_start(msg, MERCURY_ATTR_STATS);
 	int i;

@@ -115,6 +115,7 @@ enum mercury_bpf_counter {
 	MERCURY_BPF_CNT_HELD_IN_RECOVERY,
 	MERCURY_BPF_CNT_HOLD_LEAKS,
 	MERCURY_BPF_CNT_YIELD_GRANTS,
+	MERCURY_BPF_CNT_JOB_CUTS,
 	/* Only in MERCURY_BPF_GLOBAL_STATE: events of a netns whose state
 	 * could not be created (mercury_state full), not counted there. */
 	MERCURY_BPF_CNT_UNCOUNTED,

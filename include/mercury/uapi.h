@@ -167,6 +167,8 @@ enum mercury_stat {
 					 * a reduction: a burst the hold missed */
 	MERCURY_STAT_YIELD_GRANTS,	/* delay yields skipped: a job's flow had
 					 * yielded for max_hold_ms (version 2) */
+	MERCURY_STAT_JOB_CUTS,		/* back-offs with another flow of the
+					 * job that lost a packet (version 2) */
 
 	__MERCURY_STAT_MAX,
 	MERCURY_STAT_MAX = __MERCURY_STAT_MAX - 1

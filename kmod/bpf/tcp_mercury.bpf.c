@@ -462,6 +462,7 @@ static __always_inline void mercury_follow_job_cut(struct sock *sk,
 	mercury_load(tp, ca, &w);
 	mercury_job_cut(&w, ca->weight);
 	mercury_store(tp, ca, &w);
+	mercury_count(st, MERCURY_BPF_CNT_JOB_CUTS);
 }
 
 SEC("struct_ops/mercury_init")

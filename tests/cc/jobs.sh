@@ -104,10 +104,11 @@ test_jobs_weights() {
 # queue for 14 s, tags set with the given mercuryctl options. Prints the
 # three flows' rate over the one's, over the last 10 s (after slow start:
 # over 4 s, AIMD on this queue left single flows anywhere from 0.5x to 2x
-# their share).
+# their share). a's job_cuts during the run go to /tmp/jobs-LABEL-cuts.
 jobs_count() {
-	local i t0 t1 many one
+	local i t0 t1 many one cuts
 	ctl a flush
+	cuts=$(stat_of a job_cuts)
 	ctl a tag set 14 0 $2
 	ctl a tag set 15 0 $3
 	for i in 1 2 3; do
@@ -115,6 +116,7 @@ jobs_count() {
 	done
 	flow a "$1-4" --cc mercury --prio 15 --seconds 14 --interval-ms 100
 	wait_flows
+	echo $(($(stat_of a job_cuts) - cuts)) >"/tmp/jobs-$1-cuts"
 	t1=$(last_t "/tmp/flow-$1-4")
 	t0=$((t1 - 10000))
 	for i in 1 2 3 4; do rate "/tmp/flow-$1-$i" "$t0" "$t1"; echo; done >"/tmp/jobs-$1-rates"
@@ -125,7 +127,8 @@ jobs_count() {
 rates_of() { tr '\n' ' ' <"/tmp/jobs-$1-rates"; }	# rates_of LABEL: B/ms of each flow
 
 # Shares go per job, not per flow: job 1's three flows against job 2's one
-# come out near 1:1; the same four flows with no job, near 3:1.
+# come out near 1:1; the same four flows with no job, near 3:1. Job 1's
+# flows back off together (job_cuts); flows with no job never do.
 test_jobs_flow_count() {
 	local jobs nojob
 	topo_incast
@@ -134,6 +137,8 @@ test_jobs_flow_count() {
 	expect jobs/per-job-share "job 1's 3 flows : job 2's 1 flow ${jobs}:1 ($(rates_of count)B/ms); \
 the same flows with no job ${nojob}:1 ($(rates_of control)B/ms)" \
 		awk -v j="$jobs" -v n="$nojob" 'BEGIN { exit !(j <= 2.0 && j <= 0.67 * n) }'
+	expect jobs/cuts-followed "job_cuts: $(cat /tmp/jobs-count-cuts) with jobs, $(cat /tmp/jobs-control-cuts) with no job" \
+		[ "$(cat /tmp/jobs-count-cuts)" -ge 1 -a "$(cat /tmp/jobs-control-cuts)" = 0 ]
 }
 
 # Out-of-range job ids are refused with the bounds, and change nothing.

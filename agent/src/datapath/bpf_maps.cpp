@@ -109,7 +109,7 @@ uint32_t expires_ms(const mercury_bpf_entry& e, uint64_t now)
 constexpr std::array<const char*, MERCURY_BPF_CNT_MAX> kCounterNames{
     "flows_init", "flows_released", "holds", "releases", "starve_grants",
     "delay_backoffs", "loss_events", "cwnd_fixups", "recoveries", "recoveries_from_cwr",
-    "held_in_recovery", "hold_leaks", "yield_grants", "global_uncounted",
+    "held_in_recovery", "hold_leaks", "yield_grants", "job_cuts", "global_uncounted",
 };
 
 mercury_bpf_config default_config()

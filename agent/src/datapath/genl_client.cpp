@@ -26,7 +26,7 @@ struct StatField {
     const char* name;
     int attr;
 };
-constexpr std::array<StatField, 18> kStatFields{{
+constexpr std::array<StatField, 19> kStatFields{{
     {"flows_init", MERCURY_STAT_FLOWS_INIT},
     {"flows_released", MERCURY_STAT_FLOWS_RELEASED},
     {"holds", MERCURY_STAT_HOLDS},
@@ -45,6 +45,7 @@ constexpr std::array<StatField, 18> kStatFields{{
     {"held_in_recovery", MERCURY_STAT_HELD_IN_RECOVERY},
     {"hold_leaks", MERCURY_STAT_HOLD_LEAKS},
     {"yield_grants", MERCURY_STAT_YIELD_GRANTS},
+    {"job_cuts", MERCURY_STAT_JOB_CUTS},
 }};
 
 // What a request's callbacks collect.

@@ -99,44 +99,46 @@ test_jobs_weights() {
 		ge "$r" 1.3
 }
 
-# jobs_count LABEL OPTS_1 OPTS_2: three flows of tag 14 and one of tag 15
+# jobs_count LABEL OPTS_1 OPTS_2: five flows of tag 14 and one of tag 15
 # (both rank 0: neither holds nor yields) from a through the router's 30 ms
 # queue for 14 s, tags set with the given mercuryctl options. Prints the
-# three flows' rate over the one's, over the last 10 s (after slow start:
-# over 4 s, AIMD on this queue left single flows anywhere from 0.5x to 2x
-# their share). a's job_cuts during the run go to /tmp/jobs-LABEL-cuts.
+# five flows' rate over the one's, over the last 10 s (after slow start).
+# One flow's share of this queue swings widely even over 10 s (three flows
+# against one came out anywhere from 1.9:1 to 4.6:1 with no job): five
+# against one keeps per flow and per job far apart. a's job_cuts during the
+# run go to /tmp/jobs-LABEL-cuts.
 jobs_count() {
 	local i t0 t1 many one cuts
 	ctl a flush
 	cuts=$(stat_of a job_cuts)
 	ctl a tag set 14 0 $2
 	ctl a tag set 15 0 $3
-	for i in 1 2 3; do
+	for i in 1 2 3 4 5; do
 		flow a "$1-$i" --cc mercury --prio 14 --seconds 14 --interval-ms 100
 	done
-	flow a "$1-4" --cc mercury --prio 15 --seconds 14 --interval-ms 100
+	flow a "$1-6" --cc mercury --prio 15 --seconds 14 --interval-ms 100
 	wait_flows
 	echo $(($(stat_of a job_cuts) - cuts)) >"/tmp/jobs-$1-cuts"
-	t1=$(last_t "/tmp/flow-$1-4")
+	t1=$(last_t "/tmp/flow-$1-6")
 	t0=$((t1 - 10000))
-	for i in 1 2 3 4; do rate "/tmp/flow-$1-$i" "$t0" "$t1"; echo; done >"/tmp/jobs-$1-rates"
-	many=$(awk 'NR <= 3 { s += $1 } END { printf "%.1f", s }' "/tmp/jobs-$1-rates")
-	one=$(sed -n 4p "/tmp/jobs-$1-rates")
+	for i in 1 2 3 4 5 6; do rate "/tmp/flow-$1-$i" "$t0" "$t1"; echo; done >"/tmp/jobs-$1-rates"
+	many=$(awk 'NR <= 5 { s += $1 } END { printf "%.1f", s }' "/tmp/jobs-$1-rates")
+	one=$(sed -n 6p "/tmp/jobs-$1-rates")
 	ratio "$many" "$one"
 }
 rates_of() { tr '\n' ' ' <"/tmp/jobs-$1-rates"; }	# rates_of LABEL: B/ms of each flow
 
-# Shares go per job, not per flow: job 1's three flows against job 2's one
-# come out near 1:1; the same four flows with no job, near 3:1. Job 1's
+# Shares go per job, not per flow: job 1's five flows against job 2's one
+# come out near 1:1; the same six flows with no job, near 5:1. Job 1's
 # flows back off together (job_cuts); flows with no job never do.
 test_jobs_flow_count() {
 	local jobs nojob
 	topo_incast
 	jobs=$(jobs_count count "--job 1" "--job 2")
 	nojob=$(jobs_count control "" "")
-	expect jobs/per-job-share "job 1's 3 flows : job 2's 1 flow ${jobs}:1 ($(rates_of count)B/ms); \
+	expect jobs/per-job-share "job 1's 5 flows : job 2's 1 flow ${jobs}:1 ($(rates_of count)B/ms); \
 the same flows with no job ${nojob}:1 ($(rates_of control)B/ms)" \
-		awk -v j="$jobs" -v n="$nojob" 'BEGIN { exit !(j <= 2.0 && j <= 0.67 * n) }'
+		awk -v j="$jobs" -v n="$nojob" 'BEGIN { exit !(j <= 2.5 && j <= 0.6 * n) }'
 	expect jobs/cuts-followed "job_cuts: $(cat /tmp/jobs-count-cuts) with jobs, $(cat /tmp/jobs-control-cuts) with no job" \
 		[ "$(cat /tmp/jobs-count-cuts)" -ge 1 -a "$(cat /tmp/jobs-control-cuts)" = 0 ]
 }

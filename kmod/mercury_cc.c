@@ -203,7 +203,8 @@ static bool mercury_has_data(const struct sock *sk)
 
 /* A job's flows here share its weight: shares go per job, not per flow. */
 static void mercury_update_share(struct sock *sk, struct mercury_sock *ca,
-				 struct mercury_net *mn, u64 now_us)
+				 struct mercury_net *mn, u64 now_us,
+				 u32 window_us)
 {
 	if (ca->job == MERCURY_JOB_NONE || (ca->flags & MERCURY_F_HELD) ||
 	    !mercury_has_data(sk)) {
@@ -211,13 +212,13 @@ static void mercury_update_share(struct sock *sk, struct mercury_sock *ca,
 		return;
 	}
 	ca->flows = mercury_job_census_count(&mn->census[ca->job],
-					     &ca->census_seen, now_us,
-					     mercury_hold_window_us(tcp_sk(sk)->srtt_us >> 3));
+					     &ca->census_seen, now_us, window_us);
 }
 
 /* Another flow of the job backed off on a loss: back off with it. */
 static void mercury_follow_job_cut(struct sock *sk, struct mercury_sock *ca,
-				   struct mercury_net *mn, u64 now_us)
+				   struct mercury_net *mn, u64 now_us,
+				   u32 window_us)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct mercury_window w;
@@ -225,8 +226,7 @@ static void mercury_follow_job_cut(struct sock *sk, struct mercury_sock *ca,
 	if (ca->job == MERCURY_JOB_NONE || (ca->flags & MERCURY_F_HELD) ||
 	    tcp_in_cwnd_reduction(sk) ||
 	    !mercury_job_cut_due(&mn->census[ca->job], &ca->cut_seen,
-				 &ca->last_backoff_us, now_us,
-				 mercury_hold_window_us(tp->srtt_us >> 3),
+				 &ca->last_backoff_us, now_us, window_us,
 				 tp->srtt_us >> 3))
 		return;
 	mercury_load(tp, ca, &w);
@@ -236,10 +236,10 @@ static void mercury_follow_job_cut(struct sock *sk, struct mercury_sock *ca,
 }
 
 static void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
-				struct mercury_net *mn, u64 now_us)
+				struct mercury_net *mn, u64 now_us,
+				u32 window_us)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
-	u32 window_us = mercury_hold_window_us(tp->srtt_us >> 3);
 	u32 floor = READ_ONCE(mn->params.cwnd_floor);
 	bool held = ca->flags & MERCURY_F_HELD;
 	bool in_reduction = tcp_in_cwnd_reduction(sk);
@@ -287,6 +287,8 @@ static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 	struct mercury_net *mn = mercury_net_of(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 	u64 now_us = tp->tcp_mstamp;
+	/* About an RTT: how long activity counts, for every rule below. */
+	u32 window_us = mercury_hold_window_us(tp->srtt_us >> 3);
 	struct mercury_window w;
 	bool delayed;
 
@@ -303,18 +305,18 @@ static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 				    sample->rtt_us, tcp_min_rtt(tp), tp->snd_una,
 				    tp->snd_nxt) &&
 	    !mercury_preempting(mercury_job_stamps(ca, mn), ca->rank, now_us,
-				mercury_hold_window_us(tp->srtt_us >> 3)))
+				window_us))
 		tp->snd_ssthresh = tcp_snd_cwnd(tp);
 	if (ca->rank >= MERCURY_NUM_RANKS) {
 		if (ca->flags & MERCURY_F_HELD)	/* lost its rank while held */
-			mercury_update_hold(sk, ca, mn, now_us);
+			mercury_update_hold(sk, ca, mn, now_us, window_us);
 		return;
 	}
 	if (mercury_has_data(sk))
 		mercury_mark_active(sk, ca, mn, now_us);
-	mercury_update_hold(sk, ca, mn, now_us);
-	mercury_update_share(sk, ca, mn, now_us);
-	mercury_follow_job_cut(sk, ca, mn, now_us);
+	mercury_update_hold(sk, ca, mn, now_us, window_us);
+	mercury_update_share(sk, ca, mn, now_us, window_us);
+	mercury_follow_job_cut(sk, ca, mn, now_us, window_us);
 
 	if ((ca->flags & MERCURY_F_HELD) || sample->rtt_us <= 0)
 		return;
@@ -323,7 +325,7 @@ static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 	/* Another job sending from this host: the queue is theirs too. */
 	if (delayed && ca->job != MERCURY_JOB_NONE &&
 	    mercury_other_job_active(mn->job_active_us, ca->job, now_us,
-				     mercury_hold_window_us(tp->srtt_us >> 3)))
+				     window_us))
 		delayed = false;
 	/* At most once an RTT, like TCP-LP. */
 	if (delayed && (u32)now_us - ca->last_backoff_us < (tp->srtt_us >> 3))

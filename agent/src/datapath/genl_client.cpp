@@ -26,7 +26,7 @@ struct StatField {
     const char* name;
     int attr;
 };
-constexpr std::array<StatField, 19> kStatFields{{
+constexpr auto kStatFields = std::to_array<StatField>({
     {"flows_init", MERCURY_STAT_FLOWS_INIT},
     {"flows_released", MERCURY_STAT_FLOWS_RELEASED},
     {"holds", MERCURY_STAT_HOLDS},
@@ -46,7 +46,7 @@ constexpr std::array<StatField, 19> kStatFields{{
     {"hold_leaks", MERCURY_STAT_HOLD_LEAKS},
     {"yield_grants", MERCURY_STAT_YIELD_GRANTS},
     {"job_cuts", MERCURY_STAT_JOB_CUTS},
-}};
+});
 
 // What a request's callbacks collect.
 struct Transaction {

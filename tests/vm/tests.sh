@@ -278,9 +278,27 @@ test_unit_caps() {
 	rm -f /tmp/mercury-caps.sock
 }
 
+TESTS="module_params autoload $BEHAVIOUR_TESTS ss_info netlink_bad_input netlink_random_fuzz netns_delete global_cap
+	scale memcg $AGENT_TESTS $JOBS_TESTS unit_caps agent_module_reload replay_modes unload boot_files"
+# MERCURY_VM_TESTS=a,b MERCURY_VM_REPEAT=N make vmtest (scripts/vm/run.sh):
+# only those, N times over, after autoload (which loads the module).
+only=$(sed -n 's/.*mercury\.tests=\([^ ]*\).*/\1/p' /proc/cmdline | tr , ' ')
+if [ -n "$only" ]; then
+	picked=
+	for t in $only; do
+		if type "test_$t" >/dev/null 2>&1; then
+			picked="$picked $t"
+		else
+			fail vm/tests "no test named $t"
+		fi
+	done
+	TESTS=autoload
+	for i in $(seq "$(sed -n 's/.*mercury\.repeat=\([0-9]*\).*/\1/p' /proc/cmdline)"); do
+		TESTS="$TESTS$picked"
+	done
+fi
 dmesg -c >/dev/null
-for t in module_params autoload $BEHAVIOUR_TESTS ss_info netlink_bad_input netlink_random_fuzz netns_delete global_cap \
-	scale memcg $AGENT_TESTS $JOBS_TESTS unit_caps agent_module_reload replay_modes unload boot_files; do
+for t in $TESTS; do
 	run_test $t
 done
 kernel_clean final && pass vm/kernel-log "no WARNING/BUG/Oops/leak in dmesg"

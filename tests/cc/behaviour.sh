@@ -94,7 +94,7 @@ test_precedence_same_host() {
 window_at_least() {	# FILE PACKETS: the last sample's cwnd
 	[ "$(sed -n 's/^sample .*cwnd=\([0-9]*\).*/\1/p' "$1" | tail -1)" -ge "$2" ]
 }
-held_once() { [ "$(stat_of "$1" holds)" -ge 1 ]; }
+held_in_recovery() { [ "$(stat_of "$1" held_in_recovery)" -ge 1 ]; }
 
 # A held flow through loss episodes. In CWR/Recovery the kernel sets cwnd
 # itself (PRR toward ssthresh) and sets cwnd = ssthresh when the reduction
@@ -105,7 +105,7 @@ held_once() { [ "$(stat_of "$1" holds)" -ge 1 ]; }
 # it loses a segment again while held. Every ACK checks that a held flow's
 # window never left the floor outside a reduction (hold_leaks).
 test_hold_through_loss() {
-	local leaks in_rec d2 urgent port
+	local leaks in_rec d2 urgent port uport
 	topo_incast
 	# No delay-based yielding: the bulk flow fills the router's queue, so it
 	# has a window worth losing from (recovery, not a timeout, follows).
@@ -118,14 +118,19 @@ test_hold_through_loss() {
 	urgent=$(connected_field /tmp/flow-urgent pid)
 	port=$(connected_field /tmp/flow-bulk local)
 	port=${port##*:}
+	uport=$(connected_field /tmp/flow-urgent local)
+	uport=${uport##*:}
 	wait_for 100 window_at_least /tmp/flow-bulk 20
-	# Lost on the path: dropped as they reach the router. The first
-	# retransmission is lost too, so the recovery lasts RTTs, not one. The
-	# urgent flow is signalled the moment the bulk flow is in recovery; if
-	# that fails, it is started anyway and the test goes on to fail.
+	# Lost on the path: dropped as they reach the router. The urgent flow
+	# is signalled the moment the bulk flow is in recovery; if that fails,
+	# it is started anyway and the test goes on to fail. The bulk flow's
+	# retransmissions are lost too until the urgent flow's data reaches the
+	# router: its recovery lasts until the urgent flow runs, however long a
+	# busy host takes to wake it.
 	in_ns a mercury-probe drop --dev ra --dev-netns r --sport "$port" --count 2 --retransmits 1 \
-		--until-recovery --signal "$urgent" >/tmp/drop-1 2>&1 || kill -USR1 "$urgent"
-	wait_for 100 held_once a
+		--until-sport "$uport" --until-recovery --signal "$urgent" >/tmp/drop-1 2>&1 || kill -USR1 "$urgent"
+	# Counted on the ACKs after the one that holds it: give them time.
+	wait_for 100 held_in_recovery a
 	in_rec=$(stat_of a held_in_recovery)
 	expect hold-loss/hold-in-recovery "bulk in recovery ($(cat /tmp/drop-1)) when held; ACKs held in it: $in_rec" \
 		[ "${in_rec:-0}" -ge 1 ]

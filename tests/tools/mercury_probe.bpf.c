@@ -5,9 +5,12 @@
  *  - drop_sport (tc, meant for the ingress of the next hop): drops the first
  *    drop_count IPv4 TCP data segments from source port drop_sport, then
  *    the first retrans_count retransmissions of that flow (a sequence number
- *    below the highest seen). Losses on the path, deterministic: this host's
- *    kernel has no netem and no gact. (Dropped at the sender's own egress,
- *    a segment would count as not sent: NET_XMIT_DROP, local congestion.)
+ *    below the highest seen). With until_sport, it goes on dropping them
+ *    until a data segment from until_sport has passed (at most
+ *    UNTIL_MAX_EXTRA more): the recovery stays open until that flow sends.
+ *    Losses on the path, deterministic: this host's kernel has no netem and
+ *    no gact. (Dropped at the sender's own egress, a segment would count as
+ *    not sent: NET_XMIT_DROP, local congestion.)
  *  - count_recoveries (tp_btf/tcp_cong_state_set): counts the sockets of one
  *    netns entering TCP_CA_Recovery, and separately those bound to local
  *    port drop_sport. An observer independent of the CC, to check the CC's
@@ -31,12 +34,16 @@ const volatile __u16 drop_sport;
 const volatile __u64 drop_count;
 const volatile __u64 retrans_count;
 const volatile __u64 netns_cookie;
+const volatile __u16 until_sport;	/* 0: none */
+
+#define UNTIL_MAX_EXTRA	64
 
 __u64 matched;
 __u64 new_seen;
 __u64 dropped;
 __u64 retrans_seen;
 __u64 retrans_dropped;
+__u64 until_seen;	/* data segments from until_sport */
 __u32 highest_seq;	/* host order; 0: none seen */
 __u64 recoveries;
 __u64 port_recoveries;
@@ -74,8 +81,13 @@ SEC("tc")
 int drop_sport_prog(struct __sk_buff *skb)
 {
 	struct segment seg;
+	__u64 n;
 
-	if (parse_segment(skb, &seg) || seg.sport != drop_sport || !seg.payload)
+	if (parse_segment(skb, &seg) || !seg.payload)
+		return TC_ACT_OK;
+	if (until_sport && seg.sport == until_sport)
+		__sync_fetch_and_add(&until_seen, 1);
+	if (seg.sport != drop_sport)
 		return TC_ACT_OK;
 	__sync_fetch_and_add(&matched, 1);
 	if (!highest_seq || (__s32)(seg.seq - highest_seq) > 0) {
@@ -86,7 +98,9 @@ int drop_sport_prog(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	}
 	/* Below the highest sequence seen: a retransmission. */
-	if (__sync_fetch_and_add(&retrans_seen, 1) >= retrans_count)
+	n = __sync_fetch_and_add(&retrans_seen, 1);
+	if (n >= retrans_count &&
+	    (!until_sport || until_seen || n >= retrans_count + UNTIL_MAX_EXTRA))
 		return TC_ACT_OK;
 	__sync_fetch_and_add(&retrans_dropped, 1);
 	return TC_ACT_SHOT;

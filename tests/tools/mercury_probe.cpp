@@ -2,16 +2,21 @@
 // mercury-probe: test-only BPF helpers for Mercury's integration tests.
 //
 //   mercury-probe drop --dev IF [--dev-netns NS] --sport PORT [--count K]
-//                      [--retransmits R] [--until-recovery [--signal PID]]
-//                      [--timeout-ms MS]
+//                      [--retransmits R [--until-sport PORT2]]
+//                      [--until-recovery [--signal PID]] [--timeout-ms MS]
 //       Drops the next K (default 1) TCP data segments from source port PORT
 //       arriving on IF (tc ingress; IF in netns NS, /run/netns/NS, if given:
 //       the next hop, so that they are lost on the path), then the flow's
 //       next R (default 0) retransmissions, then detaches. With
+//       --until-sport it goes on dropping the flow's retransmissions (at most
+//       64 more) until a data segment from PORT2 has passed IF: the recovery
+//       lasts until the flow that PID starts is on the wire, however long a
+//       busy host takes to run it. With
 //       --until-recovery it also waits until the socket bound to PORT in this
 //       process's netns has entered TCP_CA_Recovery, and then sends PID
 //       SIGUSR1 at once (a recovery lasts about an RTT: no time for a shell).
-//       Prints "dropped=N matched=M retransmits_dropped=N [recovery=0|1]";
+//       Prints "dropped=N matched=M retransmits_dropped=N [recovery=0|1]
+//       [until_seen=0|1]";
 //       exits 1 if any of it did not happen in time.
 //   mercury-probe recoveries
 //       Counts this netns's sockets entering TCP_CA_Recovery, as seen by a
@@ -54,8 +59,8 @@ constexpr int SO_NETNS_COOKIE = 71;
 
 [[noreturn]] void usage()
 {
-    die("usage: mercury-probe drop --dev IF [--dev-netns NS] --sport PORT [--count K] [--retransmits R] "
-        "[--until-recovery [--signal PID]] [--timeout-ms MS] | recoveries");
+    die("usage: mercury-probe drop --dev IF [--dev-netns NS] --sport PORT [--count K] "
+        "[--retransmits R [--until-sport PORT2]] [--until-recovery [--signal PID]] [--timeout-ms MS] | recoveries");
 }
 
 std::string errno_text(int err)
@@ -204,6 +209,7 @@ struct DropOptions {
     uint16_t sport = 0;
     uint64_t count = 1;
     uint64_t retransmits = 0;
+    uint16_t until_sport = 0;
     bool until_recovery = false;
     pid_t signal_pid = 0;
     uint32_t timeout_ms = 10000;
@@ -231,6 +237,8 @@ DropOptions parse_drop(int argc, char** argv)
             o.count = number<uint64_t>(v, "count");
         else if (a == "--retransmits")
             o.retransmits = number<uint64_t>(v, "retransmits");
+        else if (a == "--until-sport")
+            o.until_sport = number<uint16_t>(v, "port");
         else if (a == "--signal")
             o.signal_pid = number<pid_t>(v, "pid");
         else if (a == "--timeout-ms")
@@ -238,7 +246,8 @@ DropOptions parse_drop(int argc, char** argv)
         else
             usage();
     }
-    if (o.dev.empty() || !o.sport || !o.count || (o.signal_pid && !o.until_recovery))
+    if (o.dev.empty() || !o.sport || !o.count || (o.signal_pid && !o.until_recovery) ||
+        (o.until_sport && (!o.retransmits || o.until_sport == o.sport)))
         usage();
     return o;
 }
@@ -250,6 +259,7 @@ int run_drop(int argc, char** argv)
     skel->rodata->drop_sport = o.sport;
     skel->rodata->drop_count = o.count;
     skel->rodata->retrans_count = o.retransmits;
+    skel->rodata->until_sport = o.until_sport;
     skel->rodata->netns_cookie = own_netns_cookie();
     load(skel.get());
     Link observer(nullptr, bpf_link__destroy);
@@ -273,6 +283,8 @@ int run_drop(int argc, char** argv)
             die("signalling " + std::to_string(o.signal_pid) + ": " + errno_text(errno));
         if (ok)
             ok = reached(&skel->bss->retrans_dropped, o.retransmits);
+        if (ok && o.until_sport)
+            ok = reached(&skel->bss->until_seen, 1);
     }
     std::printf("dropped=%llu matched=%llu retransmits_dropped=%llu",
                 static_cast<unsigned long long>(skel->bss->dropped),
@@ -280,6 +292,8 @@ int run_drop(int argc, char** argv)
                 static_cast<unsigned long long>(skel->bss->retrans_dropped));
     if (o.until_recovery)
         std::printf(" recovery=%d", skel->bss->port_recoveries ? 1 : 0);
+    if (o.until_sport)
+        std::printf(" until_seen=%d", skel->bss->until_seen ? 1 : 0);
     std::printf("\n");
     return ok ? 0 : 1;
 }

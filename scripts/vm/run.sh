@@ -14,8 +14,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 suite=$1 initrd=$2 log=${3:-$top/build/vm-$suite.log}
 timeout_s=${MERCURY_VM_TIMEOUT:-900}
-# A locked-up guest panics (softlockup_panic) and qemu exits at once, not at
-# the timeout; loglevel=5 (not quiet) shows the report's stack trace too.
 
 case ${MERCURY_VM_TESTS:-} in *[!a-z0-9_,]*)
 	echo "run.sh: MERCURY_VM_TESTS takes test names separated by commas, e.g. hold_through_loss,weights" >&2
@@ -30,6 +28,8 @@ guest=$("$top/scripts/fetch-guest-kernel.sh") || exit 1
 mkdir -p "$(dirname "$log")"
 echo "vm: booting $(basename "$guest") under qemu TCG, suite '$suite' (log: $log)"
 
+# A locked-up guest panics (softlockup_panic) and qemu exits at once, not at
+# the timeout; loglevel=5 (not quiet) puts the report's stack on the console.
 timeout --foreground "$timeout_s" qemu-system-x86_64 \
 	-accel tcg -cpu max -smp 2 -m 1024 \
 	-nodefaults -no-reboot -display none -serial stdio \

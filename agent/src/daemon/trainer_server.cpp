@@ -74,8 +74,6 @@ void TrainerServer::listen(const SocketOptions& options)
     if (ec)
         throw std::runtime_error("cannot listen on " + options.path + ": " + ec.message());
     path_ = options.path;
-    max_clients_ = options.max_clients;
-    frame_timeout_ = std::chrono::milliseconds(options.frame_timeout_ms);
 
     if (!options.group.empty()) {
         const group* g = getgrnam(options.group.c_str());
@@ -87,7 +85,7 @@ void TrainerServer::listen(const SocketOptions& options)
     if (chmod(options.path.c_str(), options.mode) != 0)
         throw std::runtime_error("cannot chmod " + options.path + ": " + std::strerror(errno));
     log_.info("listening for trainers", {{"socket", options.path}});
-    accept();
+    serve(options);
 }
 
 void TrainerServer::adopt(int fd, const SocketOptions& options)
@@ -96,10 +94,15 @@ void TrainerServer::adopt(int fd, const SocketOptions& options)
     acceptor_.assign(stream(), fd, ec);
     if (ec)
         throw std::runtime_error("cannot use the socket systemd passed: " + ec.message());
-    max_clients_ = options.max_clients;
-    frame_timeout_ = std::chrono::milliseconds(options.frame_timeout_ms);
     const auto local = acceptor_.local_endpoint(ec);
     log_.info("listening for trainers", {{"socket", ec ? std::string("?") : local.path()}, {"from", "systemd"}});
+    serve(options);
+}
+
+void TrainerServer::serve(const SocketOptions& options)
+{
+    max_clients_ = options.max_clients;
+    frame_timeout_ = std::chrono::milliseconds(options.frame_timeout_ms);
     accept();
 }
 

@@ -46,6 +46,8 @@ public:
 
 private:
     friend class Session;
+    // Applies the limits of @options, then accepts trainers.
+    void serve(const SocketOptions& options);
     void accept();
     void closed(uint32_t id);
 
@@ -69,9 +71,6 @@ public:
     ~Session();
     void start();
     void close();
-
-private:
-public:
     // Queues @msg; frames go out one async_write at a time, in order.
     void send(const proto::Message& msg);
 

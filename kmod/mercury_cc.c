@@ -328,7 +328,8 @@ static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 				     window_us))
 		delayed = false;
 	/* At most once an RTT, like TCP-LP. */
-	if (delayed && (u32)now_us - ca->last_backoff_us < (tp->srtt_us >> 3))
+	if (delayed && mercury_backed_off_within_rtt(ca->last_backoff_us, now_us,
+						     tp->srtt_us >> 3))
 		return;
 	/* The queue may be another job's: a job's flow yields for a while only. */
 	if (ca->job != MERCURY_JOB_NONE &&

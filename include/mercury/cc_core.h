@@ -362,6 +362,17 @@ static inline __u32 mercury_job_census_count(struct mercury_job_census *c,
 }
 
 /*
+ * Whether the flow last backed off (a delay yield or a loss cut; @last_us:
+ * low 32 bits of the time) less than an RTT ago: TCP-LP's at most once an
+ * RTT, shared by both kinds of back-off.
+ */
+static inline int mercury_backed_off_within_rtt(__u32 last_us, __u64 now_us,
+						__u32 srtt_us)
+{
+	return (__u32)now_us - last_us < srtt_us;
+}
+
+/*
  * True once per loss cut of another flow of the job (@seen: the cut it last
  * followed, or made, low 32 bits) made within @window_us: this flow backs
  * off with it (mercury_job_cut), so the job shrinks as one flow would. At
@@ -380,7 +391,7 @@ static inline int mercury_job_cut_due(const struct mercury_job_census *c,
 	*seen = (__u32)t;
 	if (t <= now_us && now_us - t >= window_us)
 		return 0;	/* stale */
-	if ((__u32)now_us - *last_us < srtt_us)
+	if (mercury_backed_off_within_rtt(*last_us, now_us, srtt_us))
 		return 0;
 	*last_us = (__u32)now_us;
 	return 1;

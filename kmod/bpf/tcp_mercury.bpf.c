@@ -536,7 +536,8 @@ void BPF_PROG(mercury_pkts_acked, struct sock *sk,
 				     window_us))
 		delayed = 0;
 	/* At most once an RTT, like TCP-LP. */
-	if (delayed && (__u32)now_us - ca->last_backoff_us < (tp->srtt_us >> 3))
+	if (delayed && mercury_backed_off_within_rtt(ca->last_backoff_us, now_us,
+						     tp->srtt_us >> 3))
 		return;
 	/* The queue may be another job's: a job's flow yields for a while only. */
 	if (ca->job != MERCURY_JOB_NONE &&

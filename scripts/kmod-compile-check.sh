@@ -20,7 +20,9 @@ trap 'rm -rf "$work"' EXIT
 cp -r "$top/kmod" "$top/include" "$work/"
 make -C "$work/kmod" clean KDIR="$kdir" >/dev/null 2>&1
 if ! out=$(make -C "$kdir" M="$work/kmod" W=1 modules 2>&1); then
-	echo "$out" | grep -E 'error|warning' | head -20
+	# The compiler's and make's own last words: the reason may be neither
+	# an "error:" nor a "warning:" (a missing tool is "not found").
+	echo "$out" | tail -n 25 | sed 's/^/    /'
 	echo "FAIL kmod/compile-$ver: the module does not build against $ver"
 	exit 1
 fi

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Optional, Sequence, Tuple, Union
 
 __all__ = ["Client", "MercuryError", "LayerRanks", "available", "strerror",
-           "OK", "E_NOAGENT", "E_INVAL", "E_NOMEM", "E_NOMODEL", "NUM_RANKS", "MAX_LANES"]
+           "OK", "E_NOAGENT", "E_INVAL", "E_NOMEM", "E_NOMODEL", "NUM_RANKS", "MAX_LANES",
+           "__version__"]
 
 OK = 0
 E_NOAGENT = -1
@@ -38,8 +39,8 @@ E_INVAL = -2
 E_NOMEM = -3
 E_NOMODEL = -4
 
-NUM_RANKS = 8   # the datapath's ranks (include/mercury/uapi.h)
-MAX_LANES = 8
+from mercury.contract import MAX_LANES, NUM_RANKS  # noqa: E402  (one source, checked against C)
+from mercury._version import __version__  # noqa: E402
 
 SocketLike = Union[int, socket.socket]
 

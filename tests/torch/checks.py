@@ -61,12 +61,89 @@ def run(tmp: str, tag: str, world: int, mode: str, extra: List[str], env: Option
 
 
 def max_relative_difference(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> float:
-    """Largest over parameter tensors of max|a - b| / max|b|."""
+    """Largest over floating-point tensors of max|a - b| / max|b|."""
     worst = 0.0
     for name, ref in b.items():
+        if not ref.is_floating_point():
+            if not torch.equal(a[name], ref):
+                return float("inf")
+            continue
         scale = float(ref.abs().max()) or 1.0
         worst = max(worst, float((a[name] - ref).abs().max()) / scale)
     return worst
+
+
+def logged_difference(a: List[float], b: List[float]) -> float:
+    """Largest relative difference between two loops' logged values."""
+    if len(a) != len(b):
+        return float("inf")
+    return max([abs(x - y) / (abs(y) or 1.0) for x, y in zip(a, b)], default=0.0)
+
+
+# Loops (tests/torch/loops.py) and their limits; those whose result depends
+# on the reduction also run with 4 workers.
+LOOPS = {name: TOLERANCE for name in (
+    "accumulate", "accumulate-no-sync", "clip-plain", "clip-method", "grad-norm-read", "schedulers",
+    "param-groups", "zero-grad-none", "zero-grad-zeros", "model-zero-grad", "called-twice",
+    "attention-out-proj", "tied-weights", "frozen", "unused-parameters", "checkpoint", "dataloader")}
+LOOPS["autocast-bf16"] = 1e-2   # bf16's precision
+FOUR_WORKERS = ("accumulate", "accumulate-no-sync", "clip-plain", "clip-method", "grad-norm-read",
+                "unused-parameters")
+
+
+def run_loops(tmp: str, world: int, loops: List[str]) -> Dict[str, List[dict]]:
+    """Both modes, ``world`` workers, every loop in one process per worker;
+    {mode: [per-rank results]}."""
+    out: Dict[str, List[dict]] = {}
+    for mode in ("ddp", "mercury"):
+        port = random.randint(20000, 40000)
+        procs = []
+        for rank in range(world):
+            path = os.path.join(tmp, f"loops-{mode}-{world}w-{rank}.pt")
+            err = open(path + ".err", "w+")
+            cmd = [PYTHON, os.path.join(HERE, "loops.py"), "--rank", str(rank), "--world", str(world),
+                   "--port", str(port), "--mode", mode, "--out", path] + loops
+            procs.append((subprocess.Popen(cmd, stderr=err), path, err))
+        out[mode] = []
+        for p, path, err in procs:
+            try:
+                rc = p.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                for q, _, _ in procs:
+                    q.kill()
+                rc = "timeout"
+            err.seek(0)
+            if rc != 0:
+                raise RuntimeError(f"{mode} loops, {world} workers: worker exit {rc}: {err.read()[-2000:]}")
+            out[mode].append(torch.load(path))
+    return out
+
+
+def check_loops(tmp: str) -> None:
+    for world, loops in ((2, list(LOOPS)), (4, list(FOUR_WORKERS))):
+        try:
+            res = run_loops(tmp, world, loops)
+        except RuntimeError as e:
+            for name in loops:
+                report(f"torch/loop-{name}/{world}-workers", False, str(e))
+            continue
+        for name in loops:
+            limit = LOOPS[name]
+            mine = [r[name] for r in res["mercury"]]
+            ddp = [r[name] for r in res["ddp"]]
+            errors = [r["error"] for r in mine + ddp if "error" in r]
+            if errors:
+                report(f"torch/loop-{name}/{world}-workers", False, errors[0].strip().replace("\n", " | ")[-600:])
+                continue
+            diff = max(max(max_relative_difference(m["state"], d["state"]),
+                           logged_difference(m["logged"], d["logged"])) for m, d in zip(mine, ddp))
+            # Buffers differ between workers under DDP too (BatchNorm's own batches).
+            params = mine[0]["parameters"]
+            replicas = max(max_relative_difference({k: m["state"][k] for k in params},
+                                                   {k: mine[0]["state"][k] for k in params}) for m in mine)
+            report(f"torch/loop-{name}/{world}-workers", diff <= limit and replicas <= limit,
+                   f"max relative difference to DDP {diff:.3g} (limit {limit:g}; parameters, buffers and "
+                   f"logged values), between replicas {replicas:.3g}")
 
 
 def main() -> int:
@@ -103,6 +180,8 @@ def main() -> int:
                     t = res[0].get("timings_error")
                     report("torch/timings-learned", t == "",
                            t or "mercuryctl status shows per-layer forward/backward times and ranks in forward order")
+
+        check_loops(tmp)
 
         # No agent: a single lane, one warning, the same parameters.
         try:

@@ -68,7 +68,7 @@ def check_lanes(opt: mt.DistributedOptimizer, ctl: str) -> str:
     """Every lane socket is in the datapath's flow table at its lane's rank."""
     if len(opt.lanes) < 2:
         return f"single lane: {opt.reason_single_lane}"
-    want = {f"cookie:{cookie}": mt._lane_rank(i, len(opt.lanes))
+    want = {f"cookie:{cookie}": mt.lane_rank(i, len(opt.lanes))
             for i, lane in enumerate(opt.lanes.lanes) for cookie in lane.sockets.values()}
     if len(want) < len(opt.lanes) * (opt.world - 1):
         return f"found {len(want)} lane sockets, want {len(opt.lanes)} x {opt.world - 1}"

@@ -1,0 +1,715 @@
+# SPDX-License-Identifier: GPL-2.0
+"""DistributedOptimizer: DDP's result, with priority lanes and the gradient
+reduction overlapped with the next forward pass.
+
+How a step flows, per bucket (neighbouring layers reduced together):
+
+* ``backward()``: once every gradient of a bucket is in ``p.grad``, its
+  all-reduce starts on the lane of its layers' rank and ``p.grad`` becomes a
+  guard (``_guard.GuardedGrad``). The bucket is *reducing*.
+* ``step()``: returns at once; each reducing bucket becomes *step-deferred*,
+  with the param groups' settings (lr, momentum...) as they are now.
+* The next ``forward()``: just before a module runs, its bucket's reduction
+  is waited for, the averaged gradient put in ``p.grad`` and the optimizer
+  applied to just those parameters. So the front layers compute while the
+  back layers' bytes are still on the wire.
+
+Whatever touches a gradient early gets DDP's value: the guard waits for the
+reduction on any use from Python (clipping, logging a norm), a second
+``backward()`` before ``step()`` first puts the first one's average in place
+(accumulation, as DDP), and ``no_sync()`` defers the reduction as DDP's does.
+Parameters no worker used keep their gradient untouched (DDP's
+``find_unused_parameters``), so optimizers skip them exactly as under DDP.
+"""
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+import time
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+
+import torch
+import torch.distributed as dist
+from torch.overrides import TorchFunctionMode
+
+import mercury
+from mercury.contract import NUM_RANKS, rank_lane
+from mercury.torch._guard import GuardedGrad, guard
+from mercury.torch.lanes import Lanes, all_true
+from mercury.torch.sockets import available_congestion_controls
+
+__all__ = ["DistributedOptimizer", "DEFAULT_LANES", "DEFAULT_BUCKET_BYTES", "DEFAULT_RESYNC_EVERY"]
+
+# One lane per datapath rank: with fewer, a lane carries several ranks and a
+# front layer's bucket can queue behind a later one launched before it on
+# the same lane (seen in the bench-torch timeline with 4 lanes).
+DEFAULT_LANES = 8
+DEFAULT_BUCKET_BYTES = 256 << 10
+DEFAULT_RESYNC_EVERY = 10
+_BUFFER_BROADCAST_BYTES = 256 << 20   # DDP's default for its coalesced buffer broadcast
+
+# model -> its DistributedOptimizer, so a second one on the same model is refused
+# (kept off the model: an attribute there would stop deepcopy and pickling).
+_attached: "weakref.WeakKeyDictionary[torch.nn.Module, DistributedOptimizer]" = weakref.WeakKeyDictionary()
+
+
+def _own_parameters(module: torch.nn.Module) -> List[torch.nn.Parameter]:
+    """Parameters a module holds itself: its direct ones, and those of
+    ParameterList/ParameterDict children (which have no forward)."""
+    params = list(module.parameters(recurse=False))
+    for child in module.children():
+        if isinstance(child, (torch.nn.ParameterList, torch.nn.ParameterDict)):
+            params += list(child.parameters())
+    return params
+
+
+def _nbytes(params: Sequence[torch.Tensor]) -> int:
+    return sum(p.numel() * p.element_size() for p in params)
+
+
+class _State(enum.Enum):
+    IDLE = "idle"                    # p.grad holds what DDP would show; nothing outstanding
+    REDUCING = "reducing"            # all-reduce in flight, p.grad guarded, step() not yet called
+    STEP_DEFERRED = "step-deferred"  # step() called: applied before the bucket's next forward
+
+
+@dataclass(eq=False)  # identity: buckets hold tensors
+class _Bucket:
+    index: int
+    params: List[torch.nn.Parameter]
+    modules: List[torch.nn.Module]
+    layers: List[int]
+    lane: int = 0
+    state: _State = _State.IDLE
+    waiting: int = 0                            # params whose gradient this backward has not delivered
+    used: List[bool] = field(default_factory=list)   # a gradient arrived since the last launch
+    work: Optional[Any] = None                  # the async all-reduce
+    flat: Optional[torch.Tensor] = None         # gradients / world, then one used-flag per param
+    real: List[torch.Tensor] = field(default_factory=list)   # p.grad at launch (zeros if it was None)
+    was_none: List[bool] = field(default_factory=list)
+    guards: List[GuardedGrad] = field(default_factory=list)
+    zero_after: List[bool] = field(default_factory=list)   # zero once the deferred step used it
+    settings: Optional[List[Dict[str, Any]]] = None  # param groups' settings at step()
+    group_params: List[List[torch.nn.Parameter]] = field(default_factory=list)
+    trace: Optional[dict] = None
+
+
+class _FirstUse(TorchFunctionMode):
+    """During the first forward passes: which module's forward was running
+    when each parameter was first used (MultiheadAttention uses its
+    ``out_proj``'s parameters without calling ``out_proj``)."""
+
+    def __init__(self, running: List[torch.nn.Module], first_user: Dict[int, torch.nn.Module]) -> None:
+        super().__init__()
+        self.running = running
+        self.first_user = first_user
+
+    def __torch_function__(self, func: Callable, types: tuple, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        kwargs = kwargs or {}
+        if self.running and getattr(func, "__name__", "") != "__get__":
+            for a in list(args) + list(kwargs.values()):
+                for t in (a if isinstance(a, (list, tuple)) else (a,)):
+                    if isinstance(t, torch.nn.Parameter) and id(t) not in self.first_user:
+                        self.first_user[id(t)] = self.running[-1]
+        return func(*args, **kwargs)
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """Data-parallel training with priority lanes and layer-wise overlap.
+
+    Wraps ``optimizer`` (any per-parameter ``torch.optim`` optimizer over
+    ``model``'s parameters) and replaces DDP: do not wrap the model in DDP
+    too. Every loop that trains the same under DDP trains the same here
+    (see "Differences from DDP" in doc/pytorch.md); what cannot be made
+    equal raises an error.
+
+    Args:
+        model: the replica on this worker; every worker passes the same model.
+        optimizer: the optimizer over ``model``'s parameters.
+        lanes: priority lanes (1..8); 1 keeps the overlap without priorities.
+        congestion_control: set on every lane socket ("mercury" for priorities,
+            e.g. "cubic" for a control run, None to leave the default).
+        client: a :class:`mercury.Client`; by default one is opened for job
+            ``$MERCURY_JOB`` (else "torch") at socket ``$MERCURY_SOCKET``.
+        bucket_bytes: neighbouring layers are reduced together until a bucket
+            holds at least this many bytes of gradients.
+        resync_every: every so many steps, worker 0's learned ranks are
+            broadcast and become every worker's layer-to-lane map.
+        agent_timeout: seconds to wait for mercuryd at start-up.
+        broadcast_buffers: as DDP's: worker 0's buffers (BatchNorm's running
+            statistics) are broadcast before a forward pass, when DDP would.
+
+    Example::
+
+        opt = DistributedOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        for x, y in loader:
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.clip_grad_norm_(1.0)     # optional; waits for every reduction
+            opt.step()                   # returns at once
+        opt.synchronize()                # before reading the parameters outside a forward
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
+                 lanes: int = DEFAULT_LANES, congestion_control: Optional[str] = "mercury",
+                 client: Optional[mercury.Client] = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                 resync_every: int = DEFAULT_RESYNC_EVERY, agent_timeout: float = 2.0,
+                 broadcast_buffers: bool = True) -> None:
+        # Not Optimizer.__init__: param_groups, state and defaults are the wrapped optimizer's.
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            raise TypeError("mercury.torch: pass the model itself, not a DistributedDataParallel wrapper")
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"mercury.torch: model must be a torch.nn.Module, not {type(model).__name__}")
+        if isinstance(optimizer, DistributedOptimizer) or not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"mercury.torch: optimizer must be a torch.optim.Optimizer, not {type(optimizer).__name__}")
+        if isinstance(optimizer, torch.optim.LBFGS):
+            raise TypeError("mercury.torch: LBFGS re-evaluates the model in step(closure); not supported")
+        for name, value, low in (("bucket_bytes", bucket_bytes, 1), ("resync_every", resync_every, 1)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"mercury.torch: {name} must be an int, not {type(value).__name__}")
+            if value < low:
+                raise ValueError(f"mercury.torch: {name} must be at least {low}, not {value}")
+        if agent_timeout < 0:
+            raise ValueError(f"mercury.torch: agent_timeout must be >= 0, not {agent_timeout}")
+        if not dist.is_initialized():
+            raise RuntimeError("mercury.torch: call torch.distributed.init_process_group first")
+        other = _attached.get(model)
+        if other is not None and not other._closed:
+            raise RuntimeError("mercury.torch: this model already has a DistributedOptimizer; close() it first")
+        self.model = model
+        self.optimizer = optimizer
+        self.world = dist.get_world_size()
+        self.rank = dist.get_rank()
+        self.bucket_bytes = bucket_bytes
+        self.resync_every = resync_every
+        self.broadcast_buffers = broadcast_buffers
+        self.iteration = 0
+        self.reason_single_lane: Optional[str] = None
+        self.wait_s = 0.0  # time forward passes spent waiting for reductions
+        self._closed = False
+        # Per-bucket timeline, kept if $MERCURY_TORCH_TRACE names a file (JSON lines).
+        trace = os.environ.get("MERCURY_TORCH_TRACE")
+        self._trace_file = open(trace, "a") if trace else None
+
+        self._owns_client = client is None
+        self.client = client or mercury.Client(os.environ.get("MERCURY_JOB", "torch"), worker_rank=self.rank)
+        ok, why = self._mercury_usable(lanes, congestion_control, agent_timeout)
+        # Every worker must agree on the lanes: each is a collective.
+        n = lanes if all_true(ok) else 1
+        if n < lanes:
+            self.reason_single_lane = why or "another worker cannot use Mercury"
+        self.lanes = Lanes(n)
+        if congestion_control and (n > 1 or congestion_control != "mercury"):
+            error = self.lanes.pin(congestion_control)
+            if not all_true(error is None) and n > 1:
+                self.lanes.keep(1)
+                self.reason_single_lane = error or "another worker cannot set the congestion control"
+        if self.reason_single_lane and lanes > 1:
+            warnings.warn(f"mercury.torch: training on a single lane without priorities: {self.reason_single_lane}",
+                          RuntimeWarning, stacklevel=2)
+        if len(self.lanes) > 1:
+            self.lanes.register(self.client)
+        # As DDP: every replica starts from worker 0's parameters and buffers.
+        with torch.no_grad():
+            for t in list(model.parameters()) + list(model.buffers()):
+                dist.broadcast(t, src=0)
+
+        # Hooked modules: the model itself and every module holding parameters.
+        self._hooked = [model] + [m for m in model.modules() if m is not model and _own_parameters(m)
+                                  and not isinstance(m, (torch.nn.ParameterList, torch.nn.ParameterDict))]
+        self._order: List[torch.nn.Module] = []          # hooked modules, in first-forward order
+        self._ordered: Set[int] = set()
+        self._running: List[torch.nn.Module] = []        # hooked modules whose forward is running
+        self._first_user: Dict[int, torch.nn.Module] = {}
+        self._learning: Optional[_FirstUse] = None
+        self._layers: List[torch.nn.Module] = []         # modules that own parameters, forward order
+        self._buckets: List[_Bucket] = []
+        self._bucket_of_module: Dict[torch.nn.Module, _Bucket] = {}
+        self._layer_lane: List[int] = []
+        self._fwd_start: Dict[torch.nn.Module, float] = {}
+        self._fwd_us: Dict[torch.nn.Module, float] = {}
+        self._grad_time: Dict[int, float] = {}   # layer -> when its last gradient arrived
+        self._forward_end = 0.0
+        self._forward_start = 0.0
+        self._next_launch = -1
+        self._backward_queued = False
+        self._sync = True                          # False inside no_sync()
+        self._sync_buffers_next = True             # DDP's require_forward_param_sync
+        self._handles: List[Any] = []
+        self._handles.append(model.register_forward_pre_hook(self._root_pre_forward))
+        for m in self._hooked:
+            self._handles.append(m.register_forward_pre_hook(self._pre_forward))
+            self._handles.append(m.register_forward_hook(self._post_forward))
+        self._handles.append(model.register_forward_hook(self._root_post_forward))
+        self._handles.append(model._register_state_dict_hook(self._before_state_dict))
+        self._handles.append(model._register_load_state_dict_pre_hook(self._before_load_state_dict))
+        _attached[model] = self
+
+    # -- torch.optim.Optimizer's face: the wrapped optimizer's groups and state
+
+    @property
+    def param_groups(self) -> List[Dict[str, Any]]:  # type: ignore[override]
+        return self.optimizer.param_groups
+
+    @property
+    def state(self) -> Dict[Any, Any]:  # type: ignore[override]
+        return self.optimizer.state
+
+    @property
+    def defaults(self) -> Dict[str, Any]:  # type: ignore[override]
+        return self.optimizer.defaults
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        raise RuntimeError("mercury.torch: add every param group to the optimizer before wrapping it")
+
+    def __getstate__(self) -> Dict[str, Any]:
+        raise TypeError("mercury.torch: a DistributedOptimizer cannot be pickled; save state_dict() instead")
+
+    # -- set-up -------------------------------------------------------------
+
+    def _mercury_usable(self, lanes: int, cc: Optional[str], timeout: float) -> Tuple[bool, str]:
+        if lanes <= 1:
+            return False, ""
+        if not mercury.available():
+            return False, "libmercury not found"
+        if not self.client.wait_connected(timeout):
+            return False, "mercuryd not reachable (is it running? $MERCURY_SOCKET)"
+        if cc == "mercury" and "mercury" not in available_congestion_controls():
+            return False, "congestion control 'mercury' not available (modprobe tcp_mercury or mercuryd --datapath=bpf)"
+        return True, ""
+
+    def _owners(self) -> Dict[torch.nn.Module, List[torch.nn.Parameter]]:
+        """Each trained parameter under the hooked module whose forward first
+        used it (else the module holding it), in first-forward order."""
+        owned: Dict[torch.nn.Module, List[torch.nn.Parameter]] = {m: [] for m in self._order}
+        seen: Set[int] = set()
+        holders = self._order + [m for m in self._hooked if id(m) not in self._ordered]
+        for holder in holders:
+            for p in _own_parameters(holder):
+                if id(p) in seen or not p.requires_grad:
+                    continue
+                seen.add(id(p))
+                owned.setdefault(self._first_user.get(id(p), holder), []).append(p)
+        return {m: ps for m, ps in owned.items() if ps}
+
+    def _layout(self) -> Dict[torch.nn.Module, List[torch.nn.Parameter]]:
+        """Worker 0's layers and their parameters, on every worker: buckets
+        must match across workers, and a dynamic model's first forward may
+        differ between them."""
+        modules = list(self.model.modules())
+        params = list(self.model.parameters())
+        index_m = {id(m): i for i, m in enumerate(modules)}
+        index_p = {id(p): i for i, p in enumerate(params)}
+        mine = [[index_m[id(m)], [index_p[id(p)] for p in ps]] for m, ps in self._owners().items()]
+        box = [mine]
+        dist.broadcast_object_list(box, src=0)
+        return {modules[m]: [params[i] for i in ps] for m, ps in box[0]}
+
+    def _finalize_layers(self) -> None:
+        """After the first training forward: layers, model, buckets, lanes;
+        the hooks then see the first backward too."""
+        owned = self._layout()
+        self._layers = list(owned)
+        names = {m: n for n, m in self.model.named_modules()}
+        self.client.declare_model([(names.get(m, "?") or "model", _nbytes(owned[m])) for m in self._layers])
+        if len(self.lanes) > 1:
+            self.client.subscribe_ranks()
+        # Until the agent's ranks arrive, spread layers over ranks by index, as it does.
+        n = len(self._layers)
+        self._layer_lane = [rank_lane(i * NUM_RANKS // n, len(self.lanes)) for i in range(n)]
+        bucket: Optional[_Bucket] = None
+        size = 0
+        for layer, m in enumerate(self._layers):
+            params = owned[m]
+            lane = self._layer_lane[layer]
+            if (bucket is None or size >= self.bucket_bytes or lane != bucket.lane
+                    or params[0].dtype != bucket.params[0].dtype):
+                bucket = _Bucket(len(self._buckets), [], [], [], lane)
+                self._buckets.append(bucket)
+                size = 0
+            bucket.params += params
+            bucket.modules.append(m)
+            bucket.layers += [layer] * len(params)
+            size += _nbytes(params)
+            self._bucket_of_module[m] = bucket
+        in_buckets = {id(p) for b in self._buckets for p in b.params}
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) not in in_buckets and p.requires_grad:
+                    raise ValueError("mercury.torch: the optimizer holds a parameter the model does not own")
+        for b in self._buckets:
+            ids = {id(p) for p in b.params}
+            b.group_params = [[p for p in g["params"] if id(p) in ids] for g in self.optimizer.param_groups]
+            b.used = [False] * len(b.params)
+            b.zero_after = [False] * len(b.params)
+            with torch.enable_grad():
+                for i, p in enumerate(b.params):
+                    self._hook_gradient(p, b, i)
+
+    def _hook_gradient(self, p: torch.nn.Parameter, b: _Bucket, i: int) -> None:
+        def before_accumulate(_grad: torch.Tensor) -> None:
+            if b.state is not _State.IDLE:
+                self._before_accumulate(b, i)
+
+        def accumulated(*_: object) -> None:
+            self._gradient_ready(b, i)
+
+        # A leaf's tensor hooks run before autograd adds into p.grad; the
+        # AccumulateGrad node's hooks once p.grad holds the sum.
+        self._handles.append(p.register_hook(before_accumulate))
+        acc = p.expand_as(p).grad_fn.next_functions[0][0]
+        self._handles.append(acc.register_hook(accumulated))
+        self._handles.append(acc)  # keep the node alive
+
+    # -- forward hooks ------------------------------------------------------
+
+    def _root_pre_forward(self, _module: torch.nn.Module, _inputs: object) -> None:
+        self._running.clear()   # a forward that raised leaves its modules here
+        self._forward_start = time.perf_counter()
+        self._stop_learning()   # likewise
+        if not self._buckets:
+            self._learning = _FirstUse(self._running, self._first_user)
+            self._learning.__enter__()
+        if self.broadcast_buffers and self._sync_buffers_next:
+            buffers = list(self.model.buffers())
+            if buffers:
+                dist._broadcast_coalesced(dist.distributed_c10d._get_default_group(), buffers,
+                                          _BUFFER_BROADCAST_BYTES, 0)
+
+    def _root_post_forward(self, _module: torch.nn.Module, _inputs: object, _output: object) -> None:
+        self._stop_learning()
+        # DDP broadcasts buffers before a forward that follows a synchronised training forward.
+        self._sync_buffers_next = torch.is_grad_enabled() and self._sync
+        if not self._buckets and torch.is_grad_enabled():
+            self._finalize_layers()
+
+    def _stop_learning(self) -> None:
+        if self._learning is not None:
+            self._learning.__exit__(None, None, None)
+            self._learning = None
+
+    def _pre_forward(self, module: torch.nn.Module, _inputs: object) -> None:
+        self._running.append(module)
+        if not self._buckets:
+            if id(module) not in self._ordered:
+                self._ordered.add(id(module))
+                self._order.append(module)
+        else:
+            b = self._bucket_of_module.get(module)
+            if b is not None and b.state is _State.STEP_DEFERRED:
+                self._finish(b)
+        self._fwd_start[module] = time.perf_counter()
+
+    def _post_forward(self, module: torch.nn.Module, _inputs: object, _output: object) -> None:
+        now = time.perf_counter()
+        if self._running and self._running[-1] is module:
+            self._running.pop()
+        start = self._fwd_start.pop(module, None)
+        if start is not None and torch.is_grad_enabled() and module.training:
+            self._fwd_us[module] = self._fwd_us.get(module, 0.0) + (now - start) * 1e6
+            self._forward_end = now
+
+    # -- backward hooks -----------------------------------------------------
+
+    def _before_accumulate(self, b: _Bucket, i: int) -> None:
+        if b.state is _State.STEP_DEFERRED:
+            name = next((n for n, q in self.model.named_parameters() if q is b.params[i]), "?")
+            raise RuntimeError(
+                f"mercury.torch: parameter {name!r} was used in this forward pass before its step was applied: "
+                "its module's forward did not run. mercury.torch applies each parameter's step just before "
+                "the forward of the module that first used it; call opt.synchronize() before such a forward")
+        # A second backward before step(): as DDP, the first one's average is in
+        # p.grad before this one's gradient is added to it.
+        self._settle(b)
+
+    def _gradient_ready(self, b: _Bucket, i: int) -> None:
+        b.used[i] = True
+        if not self._sync:
+            return
+        if not self._backward_queued:
+            self._backward_queued = True
+            self._next_launch = len(self._buckets) - 1
+            for bucket in self._buckets:
+                bucket.waiting = len(bucket.params)
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+        self._grad_time[b.layers[i]] = time.perf_counter()
+        b.waiting -= 1
+        self._launch_ready()
+
+    def _launch_ready(self, all_remaining: bool = False) -> None:
+        # Launch in one fixed order (last bucket first) on every worker: a
+        # process group's collectives must be issued in the same order everywhere.
+        while self._next_launch >= 0:
+            b = self._buckets[self._next_launch]
+            if b.waiting > 0 and not all_remaining:
+                return
+            self._launch(b)
+            self._next_launch -= 1
+
+    def _backward_done(self) -> None:
+        self._launch_ready(all_remaining=True)
+        self._backward_queued = False
+
+    def _launch(self, b: _Bucket) -> None:
+        if b.state is not _State.IDLE:
+            self._release(b)   # a reduction this backward did not touch: in place first
+        b.was_none = [p.grad is None for p in b.params]
+        b.real = [p.grad if p.grad is not None else torch.zeros_like(p) for p in b.params]
+        n = sum(t.numel() for t in b.real)
+        flat = torch.cat([t.reshape(-1) for t in b.real] + [torch.tensor(b.used, dtype=b.real[0].dtype)])
+        flat[:n].mul_(1.0 / self.world)  # as DDP: scale, then sum
+        b.flat = flat
+        b.work = dist.all_reduce(flat, group=self.lanes.group(b.lane), async_op=True)
+        # Every parameter's p.grad is guarded, None ones too: under DDP they
+        # hold the average once it is in place.
+        b.guards = [guard(t, lambda b=b: self._release(b), lambda b=b, i=i: self._zero_later(b, i))
+                    for i, t in enumerate(b.real)]
+        for p, g in zip(b.params, b.guards):
+            p.grad = g
+        b.used = [False] * len(b.params)
+        b.state = _State.REDUCING
+        if self._trace_file:
+            b.trace = {"iteration": self.iteration, "bucket": b.index, "lane": b.lane,
+                       "bytes": n * flat.element_size(), "launch": time.perf_counter()}
+            b.work.get_future().then(lambda _f, t=b.trace: t.__setitem__("done", time.perf_counter()))
+
+    # -- bringing a bucket's reduction into place ---------------------------
+
+    def _release(self, b: _Bucket) -> None:
+        """Whatever is outstanding for ``b``, in place now."""
+        if b.state is _State.REDUCING:
+            self._settle(b)
+        elif b.state is _State.STEP_DEFERRED:
+            self._finish(b)
+
+    def _wait(self, b: _Bucket) -> None:
+        t0 = time.perf_counter()
+        b.work.wait()
+        t1 = time.perf_counter()
+        self.wait_s += t1 - t0
+        if self._trace_file and b.trace:
+            b.trace.update(wait_from=t0, wait_until=t1, forward_start=self._forward_start)
+            self._trace_file.write(json.dumps(b.trace) + "\n")
+            b.trace = None
+
+    def _averaged(self, b: _Bucket) -> List[Optional[torch.Tensor]]:
+        """Each parameter's gradient after the reduction: the average where
+        any worker used it, else what it was (DDP leaves those untouched)."""
+        flags = b.flat[-len(b.params):].tolist()
+        out: List[Optional[torch.Tensor]] = []
+        offset = 0
+        for i, p in enumerate(b.params):
+            n = p.numel()
+            if flags[i] > 0.5:
+                out.append(b.real[i].copy_(b.flat[offset:offset + n].view_as(p)))
+            else:
+                out.append(None if b.was_none[i] else b.real[i])
+            offset += n
+        return out
+
+    def _settle(self, b: _Bucket) -> None:
+        """REDUCING -> IDLE: the averaged gradients in p.grad."""
+        self._wait(b)
+        for p, value, g in zip(b.params, self._averaged(b), b.guards):
+            if p.grad is g:   # else the user assigned p.grad after backward(): theirs stands
+                p.grad = value
+        self._clear(b)
+
+    def _finish(self, b: _Bucket) -> None:
+        """STEP_DEFERRED -> IDLE: the averaged gradients in p.grad, the step
+        step() asked for applied, then what the user did to p.grad since."""
+        self._wait(b)
+        after = []
+        for p, value, g in zip(b.params, self._averaged(b), b.guards):
+            current = p.grad
+            after.append((current is not g, current))
+            p.grad = value
+        self._step_params(b.group_params, b.settings)
+        for i, (p, (replaced, current)) in enumerate(zip(b.params, after)):
+            if replaced:
+                p.grad = current
+            elif b.zero_after[i] and p.grad is not None:
+                p.grad.zero_()
+        self._clear(b)
+
+    def _clear(self, b: _Bucket) -> None:
+        b.work = b.flat = b.settings = None
+        b.real, b.was_none, b.guards = [], [], []
+        b.zero_after = [False] * len(b.params)
+        b.state = _State.IDLE
+
+    def _zero_later(self, b: _Bucket, i: int) -> bool:
+        if b.state is not _State.STEP_DEFERRED:
+            return False
+        b.zero_after[i] = True
+        return True
+
+    def _step_params(self, group_params: List[List[torch.nn.Parameter]],
+                     settings: Optional[List[Dict[str, Any]]]) -> None:
+        # Step just these parameters, with the groups' settings as they were
+        # at step(): each group is swapped for its subset for the call.
+        saved = [dict(g) for g in self.optimizer.param_groups]
+        try:
+            for i, (g, subset) in enumerate(zip(self.optimizer.param_groups, group_params)):
+                if settings is not None:
+                    g.update(settings[i])
+                g["params"] = subset
+            self.optimizer.step()
+        finally:
+            for g, old in zip(self.optimizer.param_groups, saved):
+                g.clear()
+                g.update(old)
+
+    def _before_state_dict(self, *_: object) -> None:
+        # The model's state_dict shares storage with the parameters: bring them up to date.
+        self.synchronize()
+
+    def _before_load_state_dict(self, *_: object) -> None:
+        self.synchronize()   # or a deferred step would land on the loaded parameters
+
+    # -- public -------------------------------------------------------------
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """As ``torch.optim.Optimizer.zero_grad``; gradients a deferred step
+        still needs are zeroed once it used them."""
+        mine = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
+        deferred: Set[int] = set()
+        for b in self._buckets:
+            if b.state is _State.REDUCING:
+                self._settle(b)   # zeroed before step(): the average is discarded, as under DDP
+            elif b.state is _State.STEP_DEFERRED:
+                for i, p in enumerate(b.params):
+                    if id(p) in mine:
+                        deferred.add(id(p))
+                        if set_to_none:
+                            p.grad = None      # _finish sees the assignment and keeps it
+                        else:
+                            b.zero_after[i] = True
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is None or id(p) in deferred:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    if p.grad.grad_fn is not None:
+                        p.grad.detach_()
+                    else:
+                        p.grad.requires_grad_(False)
+                    p.grad.zero_()
+
+    def step(self, closure: Optional[Callable[[], float]] = None) -> None:  # type: ignore[override]
+        """Ends the iteration. Returns at once: each layer's update is applied
+        before its next forward pass, with the settings (lr...) of now."""
+        if closure is not None:
+            raise ValueError("mercury.torch: step(closure) is not supported: the step is applied layer by layer "
+                             "in the next forward pass")
+        if not self._buckets:
+            raise RuntimeError("mercury.torch: step() before any forward pass with gradients")
+        settings = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+        now: List[_Bucket] = []
+        for b in self._buckets:
+            if b.state is _State.STEP_DEFERRED:
+                self._finish(b)    # step() twice without a backward: DDP steps twice
+            if b.state is _State.REDUCING:
+                b.state, b.settings = _State.STEP_DEFERRED, settings
+            else:
+                now.append(b)      # its gradients are in place already: step it as DDP would
+        if now:
+            self._step_params([[p for b in now for p in b.group_params[g]] for g in range(len(settings))], None)
+        self.iteration += 1
+        self._report_timings()
+        if len(self.lanes) > 1 and self.iteration % self.resync_every == 0:
+            self._resync_lanes()
+
+    def synchronize(self) -> None:
+        """Waits for every reduction and applies every deferred step: after
+        it, parameters and ``p.grad`` are what DDP would show."""
+        for b in self._buckets:
+            self._release(b)
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False) -> torch.Tensor:
+        """``torch.nn.utils.clip_grad_norm_`` over the model's averaged
+        gradients, between ``backward()`` and ``step()``; returns the total
+        norm. It waits for every reduction, so the next forward pass no
+        longer overlaps them (calling ``clip_grad_norm_`` on
+        ``model.parameters()`` directly does the same)."""
+        self.synchronize()
+        return torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.grad is not None],
+                                              max_norm, norm_type, error_if_nonfinite)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """As DDP's: backward passes inside accumulate gradients locally; the
+        first backward after it reduces what accumulated."""
+        old, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = old
+
+    def state_dict(self) -> Dict[str, Any]:
+        self.synchronize()
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        self.synchronize()
+        self.optimizer.load_state_dict(state_dict)
+
+    def layer_lanes(self) -> List[int]:
+        """Each layer's lane, in forward order."""
+        return list(self._layer_lane)
+
+    def close(self) -> None:
+        """Applies what is outstanding, removes the hooks, withdraws the lanes
+        and closes their connections. Collective: every worker calls it."""
+        if self._closed:
+            return
+        self.synchronize()
+        self._stop_learning()
+        for h in self._handles:
+            if hasattr(h, "remove"):
+                h.remove()
+        self._handles = []
+        if len(self.lanes) > 1:
+            self.client.release_lanes()
+        self.lanes.close()
+        if self._owns_client:
+            self.client.close()
+        if self._trace_file:
+            self._trace_file.close()
+            self._trace_file = None
+        self._closed = True
+
+    # -- timings and ranks ---------------------------------------------------
+
+    def _report_timings(self) -> None:
+        fwd = [self._fwd_us.get(m, 0.0) for m in self._layers]
+        # Backward of layer i: from the previous gradient (in backward order) to its own.
+        bwd = [0.0] * len(self._layers)
+        prev = self._forward_end
+        for layer, t in sorted(self._grad_time.items(), key=lambda kv: kv[1]):
+            bwd[layer] = max(0.0, (t - prev) * 1e6)
+            prev = t
+        if any(fwd) and self._grad_time:
+            self.client.report_timings(self.iteration, fwd, bwd)
+            self.client.begin_iteration(self.iteration + 1)
+        self._fwd_us.clear()
+        self._grad_time.clear()
+
+    def _resync_lanes(self) -> None:
+        n = len(self._layers)
+        lanes = torch.tensor(self._layer_lane, dtype=torch.int32)
+        if self.rank == 0:
+            ranks = self.client.layer_ranks()
+            if ranks is not None and len(ranks.ranks) == n:
+                lanes = torch.tensor([rank_lane(r, len(self.lanes)) for r in ranks.ranks], dtype=torch.int32)
+        dist.broadcast(lanes, src=0)
+        self._layer_lane = lanes.tolist()
+        for b in self._buckets:
+            b.lane = min(self._layer_lane[layer] for layer in b.layers)

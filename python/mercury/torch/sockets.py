@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The process's own TCP connections: finding them, and pinning their
+congestion control."""
+from __future__ import annotations
+
+import os
+import socket
+from typing import Dict, Sequence
+
+from mercury.contract import SO_COOKIE
+
+__all__ = ["find_tcp_sockets", "pin_congestion_control"]
+
+
+def find_tcp_sockets() -> Dict[int, int]:
+    """The process's connected TCP sockets: ``{fd: socket cookie}``.
+
+    Backend-agnostic: whatever opened them (Gloo, NCCL's socket transport),
+    they are found by looking at the process's own descriptors.
+    """
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            dup = os.dup(fd)
+        except OSError:
+            continue  # gone
+        try:
+            s = socket.socket(fileno=dup)
+        except OSError:
+            os.close(dup)  # not a socket
+            continue
+        try:
+            if (s.type != socket.SOCK_STREAM or s.family not in (socket.AF_INET, socket.AF_INET6)
+                    or s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
+                continue
+            s.getpeername()
+            found[fd] = int.from_bytes(s.getsockopt(socket.SOL_SOCKET, SO_COOKIE, 8), "little")
+        except OSError:
+            continue  # unconnected
+        finally:
+            s.close()
+    return found
+
+
+def pin_congestion_control(fds: Sequence[int], cc: str) -> None:
+    """Sets ``cc`` on each socket with TCP_CONGESTION and reads it back.
+
+    Raises OSError if a socket refuses it (not available, or restricted by
+    the administrator's net.ipv4.tcp_allowed_congestion_control).
+    """
+    for fd in fds:
+        s = socket.socket(fileno=os.dup(fd))
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+            got = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0", 1)[0].decode()
+            if got != cc:
+                raise OSError(f"socket {fd} reads back congestion control {got!r}, not {cc!r}")
+        finally:
+            s.close()
+
+
+def available_congestion_controls() -> set:
+    """What this network namespace offers (empty if /proc cannot say)."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+            return set(f.read().split())
+    except OSError:
+        return set()

@@ -34,9 +34,10 @@ $(INITRD): kmod user guest
 deb: deps
 	scripts/make-deb.sh $(BUILD)/deb
 
-# Unit tests only (no VM).
+# Unit tests only (no VM): C/C++ (ctest) and the Python package (pytest).
 unit: user
 	cd $(USER) && ctest --output-on-failure
+	/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 
 # The BPF datapath on this host's kernel, in network namespaces (root).
 bpftest: user

@@ -24,6 +24,7 @@ PKGS=(
 	qemu-system-x86 busybox-static cpio kmod iproute2
 	linux-headers-cloud-amd64
 	python3-torch python3-torchvision
+	python3-pytest python3-pip python3-setuptools python3-wheel
 )
 
 # command:package for every external program `make`, `make test` and
@@ -69,7 +70,8 @@ if [ "${#absent[@]}" -ne 0 ]; then
 	exit 1
 fi
 # Debian's PyTorch, not a python3 that happens to be first in PATH.
-/usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null || {
-	echo "install-deps: /usr/bin/python3 cannot import torch and torchvision (python3-torch, python3-torchvision)" >&2
+/usr/bin/python3 -c 'import torch, torchvision, pytest, pip, setuptools, wheel' 2>/dev/null || {
+	echo "install-deps: /usr/bin/python3 cannot import torch, torchvision, pytest, pip, setuptools and wheel" \
+		"(python3-torch python3-torchvision python3-pytest python3-pip python3-setuptools python3-wheel)" >&2
 	exit 1
 }

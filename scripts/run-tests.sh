@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# `make test`: build everything, run the unit tests (ctest), the BPF datapath
+# `make test`: build everything, run the unit tests (ctest) and the Python
+# package's (pytest), the BPF datapath
 # natively in network namespaces, mercury.torch on real PyTorch, the VM tests (tcp_mercury in Debian's 6.1
 # kernel under qemu), the Debian packages (installed, DKMS, purged), and close with one
 # "total: N passed, M failed" line. Exit non-zero on any failure.
@@ -39,6 +40,20 @@ fi
 passed=$((passed + unit_total - unit_failed))
 failed=$((failed + unit_failed))
 rm -f "$ctest_log"
+
+step "Python package (pytest, no agent)"
+pytest_log=$(mktemp)
+/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$pytest_log"
+# "3 failed, 17 passed, 1 warning in 8.47s" / "20 passed in 6.90s"
+py_passed=$(grep -Eo '[0-9]+ passed' "$pytest_log" | tail -1 | cut -d' ' -f1)
+py_failed=$(grep -Eo '[0-9]+ (failed|error)' "$pytest_log" | awk '{n += $1} END {print n + 0}')
+if [ -z "$py_passed" ] && [ "$py_failed" -eq 0 ]; then
+	echo "FAIL python: pytest did not report"
+	py_failed=1
+fi
+passed=$((passed + ${py_passed:-0}))
+failed=$((failed + py_failed))
+rm -f "$pytest_log"
 
 step "fuzzing the agent protocol decoder (libFuzzer, bounded)"
 if fuzz_out=$(scripts/fuzz.sh "${MERCURY_FUZZ_SECONDS:-30}"); then

@@ -38,7 +38,7 @@ import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
 import mercury
-from mercury.contract import NUM_RANKS, rank_lane
+from mercury.contract import MAX_LANES, NUM_RANKS, rank_lane
 from mercury.torch._guard import GuardedGrad, guard
 from mercury.torch.lanes import Lanes, all_true
 from mercury.torch.sockets import available_congestion_controls
@@ -169,11 +169,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
             raise TypeError(f"mercury.torch: optimizer must be a torch.optim.Optimizer, not {type(optimizer).__name__}")
         if isinstance(optimizer, torch.optim.LBFGS):
             raise TypeError("mercury.torch: LBFGS re-evaluates the model in step(closure); not supported")
-        for name, value, low in (("bucket_bytes", bucket_bytes, 1), ("resync_every", resync_every, 1)):
+        for name, value, low, high in (("lanes", lanes, 1, MAX_LANES), ("bucket_bytes", bucket_bytes, 1, None),
+                                       ("resync_every", resync_every, 1, None)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"mercury.torch: {name} must be an int, not {type(value).__name__}")
-            if value < low:
-                raise ValueError(f"mercury.torch: {name} must be at least {low}, not {value}")
+            if value < low or (high is not None and value > high):
+                raise ValueError(f"mercury.torch: {name} must be {low}..{high or ''}, not {value}")
         if agent_timeout < 0:
             raise ValueError(f"mercury.torch: agent_timeout must be >= 0, not {agent_timeout}")
         if not dist.is_initialized():

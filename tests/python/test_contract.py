@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: GPL-2.0
+"""mercury.contract and the version against their C and CMake sources."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import mercury
+from mercury import contract
+from conftest import TOP
+
+PROBE = r"""
+#include <cstdio>
+#include <asm-generic/socket.h>
+#include "mercury/uapi.h"
+#include "protocol/wire.hpp"
+int main() {
+    std::printf("NUM_RANKS %d\nMAX_LANES %d\nRANK_COUNT %d\nSO_COOKIE %d\n", MERCURY_NUM_RANKS,
+                mercury::proto::kMaxLanes, mercury::proto::kRankCount, SO_COOKIE);
+    for (int lanes = 1; lanes <= mercury::proto::kMaxLanes; ++lanes)
+        for (int lane = 0; lane < lanes; ++lane)
+            std::printf("lane_rank %d %d %d\n", lane, lanes, mercury::proto::lane_rank(lane, lanes));
+    for (int lanes = 1; lanes <= mercury::proto::kMaxLanes; ++lanes)
+        for (int rank = 0; rank < MERCURY_NUM_RANKS; ++rank)
+            std::printf("rank_lane %d %d %d\n", rank, lanes, mercury::proto::rank_lane(rank, lanes));
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def c_side(tmp_path_factory) -> str:
+    d = tmp_path_factory.mktemp("contract")
+    src, exe = d / "probe.cpp", d / "probe"
+    src.write_text(PROBE)
+    subprocess.run(["g++", "-std=c++20", f"-I{TOP}/include", f"-I{TOP}/agent/src", str(src), "-o", str(exe)],
+                   check=True)
+    return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+
+
+def value(out: str, name: str) -> int:
+    return int(re.search(rf"^{name} (\d+)$", out, re.M).group(1))
+
+
+def test_constants_match_c(c_side: str) -> None:
+    assert contract.NUM_RANKS == value(c_side, "NUM_RANKS") == value(c_side, "RANK_COUNT")
+    assert contract.MAX_LANES == value(c_side, "MAX_LANES")
+    assert contract.SO_COOKIE == value(c_side, "SO_COOKIE")
+    assert mercury.NUM_RANKS == contract.NUM_RANKS and mercury.MAX_LANES == contract.MAX_LANES
+
+
+def test_lane_formulas_match_c(c_side: str) -> None:
+    lines = re.findall(r"^(lane_rank|rank_lane) (\d+) (\d+) (\d+)$", c_side, re.M)
+    assert len(lines) == 36 + 64
+    for fn, a, lanes, want in lines:
+        assert getattr(contract, fn)(int(a), int(lanes)) == int(want), (fn, a, lanes)
+
+
+def test_version_is_cmakes() -> None:
+    with open(os.path.join(TOP, "CMakeLists.txt")) as f:
+        cmake = re.search(r"project\(mercury VERSION ([0-9.]+)", f.read()).group(1)
+    assert mercury.__version__ == cmake
+
+
+def test_pip_installs_the_tree(tmp_path) -> None:
+    target, src = tmp_path / "site", tmp_path / "src"
+    # From a copy: setuptools writes its egg-info next to the sources.
+    shutil.copytree(os.path.join(TOP, "python"), src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--no-cache-dir", "--target", str(target), str(src)],
+                   check=True, capture_output=True, cwd=tmp_path)
+    out = subprocess.run(["/usr/bin/python3", "-c", "import mercury, mercury.torch, mercury.contract; "
+                          "print(mercury.__version__, mercury.__file__)"],
+                         env={**os.environ, "PYTHONPATH": str(target)}, capture_output=True, text=True, check=True)
+    version, path = out.stdout.split()
+    assert version == mercury.__version__ and path.startswith(str(target))
+    assert (target / "mercury" / "py.typed").exists()

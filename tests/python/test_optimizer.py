@@ -1,0 +1,164 @@
+# SPDX-License-Identifier: GPL-2.0
+"""DistributedOptimizer in one process (Gloo, world size 1, no agent): its
+arguments, its torch.optim face and the gradient guard. The equivalence with
+DDP across workers is make torchtest's (tests/torch)."""
+from __future__ import annotations
+
+import copy
+import pickle
+import warnings
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import mercury.torch as mt
+from mercury.torch._guard import GuardedGrad
+
+
+@pytest.fixture(scope="module", autouse=True)
+def world(tmp_path_factory):
+    store = tmp_path_factory.mktemp("dist") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def make(model: nn.Module, **kw) -> mt.DistributedOptimizer:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # no agent: one lane
+        return mt.DistributedOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), **kw)
+
+
+def backward(model: nn.Module) -> None:
+    model(torch.ones(3, 4)).sum().backward()
+
+
+@pytest.mark.parametrize("kw, error", [
+    ({"lanes": 0}, ValueError), ({"lanes": 9}, ValueError), ({"lanes": 2.0}, TypeError),
+    ({"bucket_bytes": 0}, ValueError), ({"bucket_bytes": "1"}, TypeError),
+    ({"resync_every": 0}, ValueError), ({"agent_timeout": -1}, ValueError),
+])
+def test_bad_arguments(kw, error) -> None:
+    with pytest.raises(error):
+        make(net(), **kw)
+
+
+def test_bad_model_and_optimizer() -> None:
+    m = net()
+    with pytest.raises(TypeError):
+        mt.DistributedOptimizer(m, m.parameters())
+    with pytest.raises(TypeError):
+        mt.DistributedOptimizer(nn.parallel.DistributedDataParallel(m), torch.optim.SGD(m.parameters(), lr=1))
+    with pytest.raises(TypeError):
+        mt.DistributedOptimizer("model", torch.optim.SGD(m.parameters(), lr=1))
+
+
+def test_one_per_model_until_closed() -> None:
+    m = net()
+    first = make(m)
+    with pytest.raises(RuntimeError, match="already has"):
+        make(m)
+    first.close()
+    make(m).close()
+
+
+def test_single_lane_without_agent_warns_once() -> None:
+    m = net()
+    with pytest.warns(RuntimeWarning, match="single lane") as caught:
+        opt = mt.DistributedOptimizer(m, torch.optim.SGD(m.parameters(), lr=0.1))
+    assert len([w for w in caught if "single lane" in str(w.message)]) == 1
+    assert len(opt.lanes) == 1 and opt.reason_single_lane
+    opt.close()
+
+
+def test_is_an_optimizer_for_schedulers() -> None:
+    m = net()
+    opt = make(m)
+    assert isinstance(opt, torch.optim.Optimizer)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    backward(m)
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="closure"):
+        opt.step(lambda: 0.0)
+    with pytest.raises(RuntimeError):
+        opt.add_param_group({"params": []})
+    with pytest.raises(TypeError):
+        pickle.dumps(opt)
+    opt.close()
+
+
+def test_step_before_forward_is_an_error() -> None:
+    opt = make(net())
+    with pytest.raises(RuntimeError, match="before any forward"):
+        opt.step()
+    opt.close()
+
+
+def test_gradient_guarded_while_reducing_then_averaged() -> None:
+    m = net()
+    ref = copy.deepcopy(m)
+    opt = make(m)
+    backward(m)
+    backward(ref)
+    w = m[0].weight
+    assert isinstance(w.grad, GuardedGrad)          # the reduction was launched in backward
+    assert w.grad.shape == w.shape and w.grad.dtype == w.dtype   # metadata does not wait
+    assert isinstance(w.grad, GuardedGrad)
+    assert torch.equal(w.grad * 1, ref[0].weight.grad)   # a use waits and sees the average (world 1: itself)
+    assert not isinstance(w.grad, GuardedGrad)
+    opt.close()
+
+
+def test_step_is_applied_before_the_next_forward() -> None:
+    m = net()
+    ref = copy.deepcopy(m)
+    opt = make(m)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):
+        for model, o in ((m, opt), (ref, ref_opt)):
+            o.zero_grad()
+            backward(model)
+            o.step()
+    before = m[0].weight.detach().clone()
+    m(torch.ones(1, 4))                           # the forward applies the deferred step
+    assert not torch.equal(before, m[0].weight)
+    for a, b in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    opt.close()
+
+
+def test_model_zero_grad_after_step_keeps_the_step() -> None:
+    m = net()
+    ref = copy.deepcopy(m)
+    opt = make(m)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    for model, o in ((m, opt), (ref, ref_opt)):
+        backward(model)
+        o.step()
+        model.zero_grad()                          # before the deferred step ran
+    opt.synchronize()
+    for a, b in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        assert torch.count_nonzero(a.grad) == 0
+    opt.close()
+
+
+def test_state_dicts_bring_parameters_up_to_date() -> None:
+    m = net()
+    opt = make(m)
+    backward(m)
+    opt.step()
+    state = copy.deepcopy(m.state_dict())         # waits for the deferred step
+    for k, v in m.state_dict().items():
+        assert torch.equal(state[k], v)
+    assert opt.state_dict()["state"]              # momentum buffers exist: the step ran
+    opt.close()

@@ -69,8 +69,10 @@ if [ "${#absent[@]}" -ne 0 ]; then
 	printf 'install-deps: missing after install: %s\n' "${absent[@]}" >&2
 	exit 1
 fi
-# Debian's PyTorch, not a python3 that happens to be first in PATH.
-/usr/bin/python3 -c 'import torch, torchvision, pytest, pip, setuptools, wheel' 2>/dev/null || {
+# Debian's Python modules, not whatever python3 comes first in PATH (two
+# processes, setuptools first: its distutils hack refuses to load after torch or pip).
+/usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null &&
+	/usr/bin/python3 -c 'import setuptools, wheel, pip, pytest' 2>/dev/null || {
 	echo "install-deps: /usr/bin/python3 cannot import torch, torchvision, pytest, pip, setuptools and wheel" \
 		"(python3-torch python3-torchvision python3-pytest python3-pip python3-setuptools python3-wheel)" >&2
 	exit 1

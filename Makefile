@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod user deb test unit bpftest torchtest vmtest fuzz bench bench-jobs bench-gap bench-torch bench-cc bench-agent demo install clean guest
+.PHONY: all deps kmod kmod-guest user deb test unit bpftest torchtest vmtest fuzz bench bench-jobs bench-gap bench-torch bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -20,14 +20,21 @@ deps:
 guest: deps
 	scripts/fetch-guest-kernel.sh >/dev/null
 
+# The module for the running kernel (a real worker)...
 kmod:
 	$(MAKE) -C kmod
+
+# ...and for the tests' guest kernel, Debian's 6.1 cloud kernel under qemu
+# (the build machines' own kernel has no module support).
+GUEST_KREL = $(shell scripts/guest-kernel.sh)
+kmod-guest: deps
+	$(MAKE) -C kmod KREL=$(GUEST_KREL)
 
 user:
 	cmake -S . -B $(USER) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build $(USER) -j$(JOBS)
 
-$(INITRD): kmod user guest
+$(INITRD): kmod-guest user guest
 	scripts/vm/build-initramfs.sh $@ $(KO) $(USER)/guest-bin
 
 # Debian packages: mercury, python3-mercury, mercury-dkms (build/deb/*.deb).

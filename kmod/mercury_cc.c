@@ -32,8 +32,8 @@
 #include <net/genetlink.h>
 #include <net/tcp.h>
 
-#include "../include/mercury/cc_core.h"
-#include "mercury.h"
+#include <mercury/cc_core.h>
+#include "tcp_mercury.h"
 
 #define MERCURY_F_INIT		0x01	/* init() ran (or we did it lazily) */
 #define MERCURY_F_HELD		0x02	/* cwnd clamped to the floor */

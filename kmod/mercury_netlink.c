@@ -14,7 +14,7 @@
 #include <net/genetlink.h>
 #include <net/ipv6.h>
 
-#include "mercury.h"
+#include "tcp_mercury.h"
 
 /*
  * Integer ranges are policy data (NLA_POLICY_RANGE and friends), checked by

@@ -17,7 +17,7 @@
 #include <net/sock.h>
 #include <net/ipv6.h>
 
-#include "mercury.h"
+#include "tcp_mercury.h"
 
 #define MERCURY_GC_INTERVAL	HZ
 

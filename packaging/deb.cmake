@@ -11,7 +11,7 @@
 configure_file(${CMAKE_CURRENT_LIST_DIR}/dkms/dkms.conf.in ${CMAKE_BINARY_DIR}/dkms/dkms.conf @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/dkms/dkms.conf DESTINATION src/mercury-${PROJECT_VERSION}
         COMPONENT dkms EXCLUDE_FROM_ALL)
-install(FILES kmod/Kbuild kmod/mercury.h kmod/mercury_cc.c kmod/mercury_table.c kmod/mercury_netlink.c
+install(FILES kmod/Kbuild kmod/tcp_mercury.h kmod/mercury_cc.c kmod/mercury_table.c kmod/mercury_netlink.c
         DESTINATION src/mercury-${PROJECT_VERSION}/kmod COMPONENT dkms EXCLUDE_FROM_ALL)
 install(FILES include/mercury/uapi.h include/mercury/cc_core.h
         DESTINATION src/mercury-${PROJECT_VERSION}/include/mercury COMPONENT dkms EXCLUDE_FROM_ALL)

@@ -21,8 +21,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
-#include "../../include/mercury/cc_core.h"
-#include "../../include/mercury/bpf_maps.h"
+#include <mercury/cc_core.h>
+#include <mercury/bpf_maps.h>
 
 char _license[] SEC("license") = "GPL";
 

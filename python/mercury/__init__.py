@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """Mercury's Python client: talks to mercuryd through libmercury (ctypes over
-the C ABI in ``agent/include/mercury.h``).
+the C ABI in ``agent/include/mercury/client.h``).
 
 Every call returns at once. Without mercuryd the library keeps what it was
 told and sends it when the agent appears; without libmercury itself, importing

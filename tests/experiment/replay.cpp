@@ -59,7 +59,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flow_key.hpp"
-#include "mercury.hpp"
+#include <mercury/client.hpp>
 #include "mercury/uapi.h"
 #include "model.hpp"
 #include "learner/priorities.hpp"

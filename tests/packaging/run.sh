@@ -61,6 +61,12 @@ check units "$(grep -h '^ExecStart=' /lib/systemd/system/mercuryd.service /lib/s
 check group "the socket's group: $(getent group mercury)" sh -c 'getent group mercury >/dev/null'
 check pkg-config "libmercury $(pkg-config --modversion mercury 2>&1): $(pkg-config --libs mercury 2>&1)" \
 	[ "$(pkg-config --modversion mercury 2>/dev/null)" = "$version" ]
+# A trainer builds against the installed header and library, as the README shows.
+trainer_c=$(mktemp --suffix=.c)
+printf '#include <mercury/client.h>\nint main(void) { return mercury_strerror(0) == 0; }\n' >"$trainer_c"
+check client-header "cc against <mercury/client.h> with \$(pkg-config --cflags --libs mercury)" \
+	sh -c "cc '$trainer_c' -o '$trainer_c.bin' \$(pkg-config --cflags --libs mercury) && '$trainer_c.bin'"
+rm -f "$trainer_c" "$trainer_c.bin"
 (cd / && /usr/bin/python3 -m mercury status --socket /nonexistent >/dev/null 2>&1)
 check python "python3 -m mercury status from /: exit $? (3: no agent)" \
 	sh -c "cd / && /usr/bin/python3 -m mercury status --socket /nonexistent >/dev/null 2>&1; [ \$? = 3 ]"

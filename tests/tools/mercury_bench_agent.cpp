@@ -27,7 +27,7 @@
 
 #include "datapath/genl_client.hpp"
 #include "learner/priorities.hpp"
-#include "mercury.hpp"
+#include <mercury/client.hpp>
 
 namespace {
 

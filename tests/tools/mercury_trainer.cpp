@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "flow_key.hpp"
-#include "mercury.hpp"
+#include <mercury/client.hpp>
 #include "protocol/wire.hpp"
 
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-// libmercury: the trainer side of the agent protocol (mercury.h).
+// libmercury: the trainer side of the agent protocol (<mercury/client.h>).
 //
 // Calls only touch memory and attempt a non-blocking send; a background
 // thread connects, reconnects, flushes what the socket could not take and
@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "mercury.h"
+#include <mercury/client.h>
 #include "protocol/wire.hpp"
 #include "unique_fd.hpp"
 

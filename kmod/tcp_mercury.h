@@ -13,7 +13,7 @@
 #include <linux/workqueue.h>
 #include <net/net_namespace.h>
 
-#include "../include/mercury/cc_core.h"
+#include <mercury/cc_core.h>
 
 /* Parameters, per netns; new netns copy the module parameters. */
 struct mercury_params {

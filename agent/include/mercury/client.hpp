@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-// C++ RAII wrapper over libmercury's C ABI (mercury.h).
+// C++ RAII wrapper over libmercury's C ABI (<mercury/client.h>).
 #pragma once
 
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "mercury.h"
+#include <mercury/client.h>
 
 namespace mercury {
 

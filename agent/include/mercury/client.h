@@ -8,8 +8,8 @@
  * told and sends it when it (re)connects in the background. Training must
  * never wait on Mercury.
  */
-#ifndef MERCURY_H
-#define MERCURY_H
+#ifndef MERCURY_CLIENT_H
+#define MERCURY_CLIENT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -92,4 +92,4 @@ const char *mercury_strerror(int error);
 }
 #endif
 
-#endif /* MERCURY_H */
+#endif /* MERCURY_CLIENT_H */

@@ -74,33 +74,33 @@ test: deps
 # to match; build/bench-8x8.*. Last, two jobs at once (bench-jobs).
 SCALE_POINTS ?= vgg16:2.5 resnet50:2.5
 bench: deps user
-	scripts/bench.sh $(BUILD)/bench
+	experiment/bench/bench.sh $(BUILD)/bench
 	W=8 S=8 RATE=25 POINTS="$(SCALE_POINTS)" ABLATION_POINTS="" BALANCED_POINTS="" \
-		scripts/bench.sh $(BUILD)/bench-8x8
-	scripts/bench-jobs.sh $(BUILD)/bench-jobs
+		experiment/bench/bench.sh $(BUILD)/bench-8x8
+	experiment/bench/bench-jobs.sh $(BUILD)/bench-jobs
 
 # Two jobs on the same 4 + 4 hosts (VGG-16 with ResNet-50, VGG-16 with
 # VGG-16): each job's time against running alone, under fifo, mercury
 # without and with job isolation; Jain's index; build/bench-jobs.{md,json}.
 bench-jobs: deps user
-	scripts/bench-jobs.sh $(BUILD)/bench-jobs
+	experiment/bench/bench-jobs.sh $(BUILD)/bench-jobs
 
 # Where mercury and fifo lose time against the bound: links sampled during
 # one run per point, forward-pass waits by layer, against the simulated
 # schedule; build/bench-gap.{md,json,png}.
 bench-gap: deps user
-	scripts/bench-gap.sh $(BUILD)/bench-gap
+	experiment/bench/bench-gap.sh $(BUILD)/bench-gap
 
 # Real PyTorch on the emulated cluster: DDP vs mercury.torch (one lane,
 # lanes on cubic, lanes with priorities); build/bench-torch.{md,json,png}.
 bench-torch: deps user
-	scripts/bench-torch.sh $(BUILD)
+	experiment/bench/bench-torch.sh $(BUILD)
 
 # The CC's behaviour with the module in the VM, then the BPF datapath's
 # per-ACK CPU cost against cubic natively, with 1 and 1,000 active flows.
 bench-cc: $(INITRD)
 	scripts/vm/run.sh bench-cc $(INITRD)
-	BIN=$(USER)/guest-bin scripts/bench-ack-cost.sh | tee $(BUILD)/bench-ack-cost.txt
+	BIN=$(USER)/guest-bin experiment/bench/bench-ack-cost.sh | tee $(BUILD)/bench-ack-cost.txt
 
 bench-agent: $(INITRD)
 	scripts/vm/run.sh bench-agent $(INITRD)
@@ -111,15 +111,15 @@ bench-agent: $(INITRD)
 demo: deps
 	$(MAKE) user
 	@echo "=== natively, BPF datapath"
-	scripts/demo-native.sh $(BUILD)/native-demo.log
-	scripts/report.sh $(BUILD)/native-demo.log $(BUILD)/demo
+	experiment/demo-native.sh $(BUILD)/native-demo.log
+	experiment/report/report.sh $(BUILD)/native-demo.log $(BUILD)/demo
 	@echo "=== real PyTorch: DDP vs mercury.torch, natively (short; make bench-torch for the sweep)"
 	RATES=50 REPEATS=2 WARMUP=2 ITERATIONS=3 MODES=ddp,one-lane,full SKIP_REAL=1 \
-		scripts/bench-torch.sh $(BUILD)/demo-torch
+		experiment/bench/bench-torch.sh $(BUILD)/demo-torch
 	$(MAKE) $(INITRD)
 	@echo "=== in the VM, tcp_mercury.ko"
 	scripts/vm/run.sh demo $(INITRD)
-	scripts/report.sh $(BUILD)/vm-demo.log $(BUILD)/demo-vm
+	experiment/report/report.sh $(BUILD)/vm-demo.log $(BUILD)/demo-vm
 
 install: all
 	$(MAKE) -C kmod install

@@ -16,7 +16,7 @@ shift 2
 
 rel=$("$top/scripts/guest-kernel.sh")
 # Workload profiles: PipeDream's measured per-layer profiles (MIT), vendored.
-profiles=$top/tests/experiment/profiles
+profiles=$top/experiment/profiles
 guest=$("$top/scripts/fetch-guest-kernel.sh")
 root=$(mktemp -d)
 chmod 0755 "$root"	# the guest's /: unprivileged test processes must reach /lib
@@ -74,9 +74,9 @@ done
 cp -r "$top/tests/vm" "$root/mercury/tests"
 cp -r "$top/agent/systemd" "$root/mercury/systemd"
 cp -r "$top/agent/boot" "$root/mercury/boot"
-cp "$top/tests/cc"/* "$root/mercury/tests/"
+cp "$top/tests/cc"/* "$top/experiment/demo.sh" "$root/mercury/tests/"
 mkdir -p "$root/mercury/scripts" "$root/mercury/profiles"
-cp "$top/scripts/cluster.sh" "$top/scripts/train.sh" "$root/mercury/scripts/"
+cp "$top/experiment/cluster.sh" "$top/experiment/train.sh" "$root/mercury/scripts/"
 cp "$profiles"/*.graph.txt "$root/mercury/profiles/"
 cp "$top/tests/vm/guest-init.sh" "$root/init"
 chmod +x "$root/init"

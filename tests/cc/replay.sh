@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
-# The experiment's replayer (tests/experiment/replay.cpp) on the emulated
-# cluster (scripts/cluster.sh), in the VM with the module and natively with
+# The experiment's replayer (experiment/replay.cpp) on the emulated
+# cluster (experiment/cluster.sh), in the VM with the module and natively with
 # the BPF datapath. SCRIPTS and PROFILES say where the scripts and profiles
 # are. Sourced by both suites; needs lib.sh.
 SCRIPTS=${SCRIPTS:-/mercury/scripts}

@@ -19,7 +19,7 @@ cd "$top/tests/cc"
 . ./behaviour.sh
 . ./agent.sh
 . ./jobs.sh
-SCRIPTS=$top/scripts PROFILES=$top/tests/experiment/profiles
+SCRIPTS=$top/experiment PROFILES=$top/experiment/profiles
 . ./replay.sh
 SUITE=bpf
 

@@ -2,10 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # `make bench-torch`: real PyTorch data-parallel training over the emulated
-# cluster (scripts/cluster.sh: one netns per worker on a bridge, tbf both
+# cluster (experiment/cluster.sh: one netns per worker on a bridge, tbf both
 # ways on every link), natively with the BPF datapath and one mercuryd per
 # worker. Modes side by side, interleaved in every repeat
-# (tests/torch/bench_worker.py): DDP, mercury.torch on one lane, on lanes
+# (experiment/bench/torch_worker.py): DDP, mercury.torch on one lane, on lanes
 # with cubic, and on lanes with kernel priorities. Every baseline socket is
 # pinned to $BASELINE_CC per socket, never the host's default.
 #
@@ -22,7 +22,7 @@
 # Output: OUT/bench-torch.jsonl (every run), OUT/bench-torch.{json,md,png}.
 # usage: bench-torch.sh OUT_DIR    (as root)
 set -euo pipefail
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 out=$1
 bin=$top/build/user/guest-bin
 export PATH=$bin:$PATH
@@ -55,7 +55,7 @@ log=$out/bench-torch.log
 agents=()
 cleanup() {
 	for pid in "${agents[@]}"; do kill "$pid" 2>/dev/null || true; done
-	"$top/scripts/cluster.sh" down
+	"$top/experiment/cluster.sh" down
 	bpf_loader_stop
 }
 trap cleanup EXIT
@@ -97,7 +97,7 @@ linkcheck() {
 run_point() {
 	local label=$1 workers=$2 rate=$3 i pids=()
 	shift 3
-	"$top/scripts/cluster.sh" up "$workers" 0 "$rate"
+	"$top/experiment/cluster.sh" up "$workers" 0 "$rate"
 	linkcheck "$workers" "$rate" | tee -a "$out/bench-torch-links.txt"
 	agents=()
 	for i in $(seq 0 $((workers - 1))); do
@@ -113,7 +113,7 @@ run_point() {
 	for i in $(seq 0 $((workers - 1))); do
 		ip netns exec "mc-w$i" env MERCURY_SOCKET="/run/mercury-bench-w$i.sock" MERCURY_JOB=bench \
 			${TRACE_DIR:+MERCURY_TORCH_TRACE=$TRACE_DIR/trace-w$i.jsonl} GLOO_SOCKET_IFNAME=eth0 LIBMERCURY="$top/build/user/agent/libmercury.so" \
-			/usr/bin/python3 "$top/tests/torch/bench_worker.py" --rank "$i" --world "$workers" \
+			/usr/bin/python3 "$top/experiment/bench/torch_worker.py" --rank "$i" --world "$workers" \
 			--master 10.3.0.10:29500 --model "$MODEL" --baseline-cc "$BASELINE_CC" --label "$label" \
 			--warmup "$WARMUP" --iterations "$ITERATIONS" --modes "$MODES" --lanes "$LANES" "${@:2}" \
 			> >(if [ "$i" = 0 ]; then sed -u "s/}\$/, \"rate_mbit\": $rate}/" | tee -a "$runs"; else cat >>"$log"; fi) \
@@ -133,4 +133,4 @@ for rate in $RATES; do
 done
 [ "${SKIP_REAL:-0}" = 1 ] || run_point real-2w 2 "$REAL_RATE" 1000 --compute real --repeats "$REAL_REPEATS"
 
-/usr/bin/python3 "$top/scripts/bench-torch-report.py" "$runs" "$out/bench-torch"
+/usr/bin/python3 "$top/experiment/report/bench-torch-report.py" "$runs" "$out/bench-torch"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""Report of `make bench-gap` (scripts/bench-gap.sh): where each mode loses
+"""Report of `make bench-gap` (experiment/bench/bench-gap.sh): where each mode loses
 time against the bound, measured next to the simulated schedule.
 
 usage: bench-gap-report.py OUT_PREFIX RATE_MBIT

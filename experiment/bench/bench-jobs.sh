@@ -17,7 +17,7 @@
 # Job B runs more iterations than A when its iterations are shorter (by the
 # ratio of their bounds), so that it covers A's whole run; a job's time
 # together counts only iterations inside the span both jobs were measuring.
-# Every run's worker lines go to OUT.runs.jsonl; scripts/bench-jobs-report.py
+# Every run's worker lines go to OUT.runs.jsonl; experiment/report/bench-jobs-report.py
 # writes OUT.md and OUT.json: each job's time against running alone (its
 # slowdown), Jain's fairness index of the two slowdowns, and the targets.
 #
@@ -25,9 +25,9 @@
 # env: W, S (4, 4), RATE (50 Mbit/s per link), PAIRS, ITER (job A's
 #      iterations, 6), REPEATS (3), BASELINE_CC (cubic)
 set -uo pipefail
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 out=$1
-. "$top/scripts/lib/bench-env.sh"
+. "$top/experiment/bench/bench-env.sh"
 PAIRS=${PAIRS-"vgg16+resnet50:2.5 vgg16+vgg16:2.5"}
 ITER=${ITER:-6}
 REPEATS=${REPEATS:-3}
@@ -42,7 +42,7 @@ agents_stop() {
 }
 cleanup() {
 	agents_stop
-	sh "$top/scripts/cluster.sh" down 2>/dev/null
+	sh "$top/experiment/cluster.sh" down 2>/dev/null
 	bpf_loader_stop
 }
 trap cleanup EXIT
@@ -78,7 +78,7 @@ job() {
 	local tag=$1 model=$2 iters=$3 mode=$4 port=$5 name=$6 cc=$7
 	(
 		AGENTS=external PORT=$port REPLAY_ARGS="--job $name --cc $cc" timeout 900 \
-			sh "$top/scripts/train.sh" "$profiles/$model.graph.txt" "$mode" $W $S "$DIVISOR" "$iters" |
+			sh "$top/experiment/train.sh" "$profiles/$model.graph.txt" "$mode" $W $S "$DIVISOR" "$iters" |
 			sed "s/^{/{$tag,\"job\":\"$name\",/" >>"$out.runs.jsonl"
 	) &
 	JOB_PIDS="$JOB_PIDS $!"
@@ -89,7 +89,7 @@ job() {
 run() {
 	local setting=$1 label=$2 repeat=$3 isolate=$4 spec
 	shift 4
-	sh "$top/scripts/cluster.sh" up $W $S "$RATE"
+	sh "$top/experiment/cluster.sh" up $W $S "$RATE"
 	[ "$isolate" = none ] || agents_start "$isolate"
 	JOB_PIDS=""
 	for spec in "$@"; do
@@ -100,7 +100,7 @@ run() {
 	local p rc=0
 	for p in $JOB_PIDS; do wait "$p" || rc=1; done
 	agents_stop
-	sh "$top/scripts/cluster.sh" down
+	sh "$top/experiment/cluster.sh" down
 	say "RUN pair=$PAIR setting=$setting mode=$label repeat=$repeat jobs=$# ok=$([ $rc = 0 ] && echo yes || echo no)"
 	[ $rc = 0 ] || failed=1
 }
@@ -129,6 +129,6 @@ for pair in $PAIRS; do
 		run together mercury-isolated "$r" auto "$a:$ITER:mercury:7000:$ja:mercury" "$b:$iters_b:mercury:7001:$jb:mercury"
 	done
 done
-python3 "$top/scripts/bench-jobs-report.py" "$out" || failed=1
+python3 "$top/experiment/report/bench-jobs-report.py" "$out" || failed=1
 [ "$failed" = 0 ] || say "FAIL bench-jobs: see the lines above"
 exit $failed

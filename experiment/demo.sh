@@ -6,7 +6,7 @@
 # (the datapath + mercuryd on every host, immediate aggregation). Prints one
 # RESULT line per run and the lower bound (mercury-replay bound). Runs in the VM
 # with tcp_mercury.ko (make demo's second half) and natively with the BPF
-# datapath a loader mercuryd registered (scripts/demo-native.sh).
+# datapath a loader mercuryd registered (experiment/demo-native.sh).
 . ./lib.sh
 SCRIPTS=${SCRIPTS:-/mercury/scripts}
 PROFILES=${PROFILES:-/mercury/profiles}

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""Turns scripts/bench.sh's log into a table (stdout and OUT.md), JSON and a
+"""Turns experiment/bench/bench.sh's log into a table (stdout and OUT.md), JSON and a
 plot.
 
 usage: bench-report.py LOG OUT_PREFIX

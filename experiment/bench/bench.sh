@@ -22,7 +22,7 @@
 #       faster than it fails the bench, loudly.
 # Prints RESULT/CHECK lines (kept in OUT.log; every run's raw JSON lines in
 # OUT.runs.jsonl) and writes OUT.json, OUT.md, OUT.png via
-# scripts/bench-report.py (means, 95% CIs, CVs, speedups with CIs).
+# experiment/report/bench-report.py (means, 95% CIs, CVs, speedups with CIs).
 #
 # usage: bench.sh OUT_PREFIX
 # env: W, S (workers, servers; 4, 4), RATE (Mbit/s per link, default 50: the
@@ -31,9 +31,9 @@
 #      ITER_TUNE (5, for ByteScheduler's search), REPEATS (3), BASELINE_CC
 #      (cubic), BS_PARTITIONS, BS_CREDITS
 set -uo pipefail
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 out=$1
-. "$top/scripts/lib/bench-env.sh"
+. "$top/experiment/bench/bench-env.sh"
 POINTS=${POINTS-"vgg16:2.5,5,10 alexnet:2.5,5 resnet50:2.5,5,10"}
 ABLATION_POINTS=${ABLATION_POINTS-"vgg16:10"}
 BALANCED_POINTS=${BALANCED_POINTS-"vgg16:2.5 resnet50:2.5"}
@@ -49,7 +49,7 @@ BS_CREDITS=${BS_CREDITS:-"1 2 4 8 16"}
 bench_log_start
 
 cleanup() {
-	sh "$top/scripts/cluster.sh" down 2>/dev/null
+	sh "$top/experiment/cluster.sh" down 2>/dev/null
 	bpf_loader_stop
 }
 trap cleanup EXIT
@@ -77,7 +77,7 @@ qdisc_bytes() {	# every host link: uplink (host egress), downlink (bridge port)
 
 linkcheck() {
 	local i flows="" min mean
-	sh "$top/scripts/cluster.sh" up $W $S "$RATE"
+	sh "$top/experiment/cluster.sh" up $W $S "$RATE"
 	for i in $(seq 0 $((W - 1))); do $IP netns exec "mc-w$i" mercury-flow server --port 5201 >/dev/null 2>&1 & done
 	for i in $(seq 0 $((S - 1))); do $IP netns exec "mc-s$i" mercury-flow server --port 5201 >/dev/null 2>&1 & done
 	sleep 0.5
@@ -96,7 +96,7 @@ linkcheck() {
 	sleep 3
 	qdisc_bytes >"$out.q1"
 	for f in $flows; do wait "$f"; done
-	sh "$top/scripts/cluster.sh" down
+	sh "$top/experiment/cluster.sh" down
 	read -r min mean < <(paste -d' ' "$out.q0" "$out.q1" |
 		awk -v r="$RATE" '{ u = ($6 - $3) * 8 / (($5 - $2) * r * 1e6); s += u; n++; if (n == 1 || u < m) m = u }
 			END { printf "%.3f %.3f\n", m, s / n }')
@@ -119,12 +119,12 @@ run() {
 	local model=$1 gbps=$2 mode=$3 label=$4 phase=$5 repeat=$6
 	shift 6
 	local json mean ok cc verdict
-	sh "$top/scripts/cluster.sh" up $W $S "$RATE"
+	sh "$top/experiment/cluster.sh" up $W $S "$RATE"
 	local iterations=$ITER
 	[ "$phase" = tune ] && iterations=$ITER_TUNE
-	json=$(REPLAY_ARGS="$*" timeout 600 sh "$top/scripts/train.sh" "$profiles/$model.graph.txt" "$mode" $W $S \
+	json=$(REPLAY_ARGS="$*" timeout 600 sh "$top/experiment/train.sh" "$profiles/$model.graph.txt" "$mode" $W $S \
 		"$(divisor_of "$gbps")" "$iterations")
-	sh "$top/scripts/cluster.sh" down
+	sh "$top/experiment/cluster.sh" down
 	echo "$json" | sed "s/^{/{\"run\":\"$model $label $gbps $phase $repeat\",/" >>"$out.runs.jsonl"
 	mean=$(echo "$json" | awk -F'"mean_s":' '/"role":"worker"/ { split($2, a, ","); s += a[1]; n++ } END { if (n) printf "%.4f", s / n; else print "nan" }')
 	cc=$(echo "$json" | grep -o '"cc":"[a-z0-9_]*"' | sort -u | sed 's/"cc":"\(.*\)"/\1/' | paste -sd+)
@@ -197,6 +197,6 @@ for point in $POINTS; do
 		done
 	done
 done
-python3 "$top/scripts/bench-report.py" "$log" "$out" || failed=1
+python3 "$top/experiment/report/bench-report.py" "$log" "$out" || failed=1
 [ "$failed" = 0 ] || say "FAIL bench: see the FAIL lines above"
 exit $failed

@@ -5,7 +5,7 @@
 # BPF loader's functions, and helpers they share.
 bin=${BIN:-$top/build/user/guest-bin}
 export PATH=$bin:$PATH IP=${IP:-/usr/sbin/ip} TC=${TC:-/usr/sbin/tc}
-profiles=$top/tests/experiment/profiles
+profiles=$top/experiment/profiles
 W=${W:-4} S=${S:-4}
 RATE=${RATE:-50}
 mkdir -p "$(dirname "$out")"

@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 #
-# One training run on the emulated cluster (scripts/cluster.sh must be up):
+# One training run on the emulated cluster (experiment/cluster.sh must be up):
 # starts mercuryd on every host for priority modes, the servers, then the
 # workers; prints the workers' JSON lines (one per worker) and the servers'.
 #
@@ -9,7 +9,7 @@
 #
 # env: REPLAY_ARGS (more mercury-replay options, e.g. --job NAME), PORT (the
 # servers', 7000), AGENTS=external (mercuryd already runs on every host: a
-# second job shares it, scripts/bench-jobs.sh).
+# second job shares it, experiment/bench/bench-jobs.sh).
 set -eu
 IP=${IP:-/usr/sbin/ip}
 profile=$1 mode=$2 workers=$3 servers=$4 divisor=$5 iterations=$6

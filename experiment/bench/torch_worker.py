@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""One worker of `make bench-torch` (scripts/bench-torch.sh starts them, one
+"""One worker of `make bench-torch` (experiment/bench/bench-torch.sh starts them, one
 per emulated host).
 
 The model is a real torchvision model. Worker 0 first measures its per-layer

@@ -9,7 +9,7 @@
 # reports how long its forward pass waited for which layer's parameters;
 # `mercury-replay sim` reports the same for a schedule a transport could
 # carry out on the same links, with priority per layer and (for mercury)
-# with mercuryd's ranks. scripts/bench-gap-report.py turns it into OUT.md
+# with mercuryd's ranks. experiment/report/bench-gap-report.py turns it into OUT.md
 # (utilisation during the measured iterations, waits by layer, run against
 # sim) and OUT.png (busiest link's utilisation over time).
 #
@@ -20,9 +20,9 @@
 # env: POINTS ("vgg16:2.5 resnet50:2.5"), MODES ("mercury fifo"), W, S (4, 4),
 #      RATE (Mbit/s per link, 50), ITER (8), SAMPLE_S (0.1), BASELINE_CC (cubic)
 set -uo pipefail
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 out=$1
-. "$top/scripts/lib/bench-env.sh"
+. "$top/experiment/bench/bench-env.sh"
 POINTS=${POINTS:-"vgg16:2.5 resnet50:2.5"}
 MODES=${MODES:-"mercury fifo"}
 ITER=${ITER:-8} SAMPLE_S=${SAMPLE_S:-0.1}
@@ -31,7 +31,7 @@ BASELINE_CC=${BASELINE_CC:-cubic}
 sampler=""
 cleanup() {
 	[ -n "$sampler" ] && kill "$sampler" 2>/dev/null
-	sh "$top/scripts/cluster.sh" down 2>/dev/null
+	sh "$top/experiment/cluster.sh" down 2>/dev/null
 	bpf_loader_stop
 }
 trap cleanup EXIT
@@ -56,18 +56,18 @@ for point in $POINTS; do
 		mercury-replay sim $common --mode "$mode" | tag "$point" "$mode" >>"$out.jsonl"
 		[ "$cc" = mercury ] && mercury-replay sim $common --mode "$mode" --sim-ranks agent |
 			sed 's/"role":"sim"/"role":"sim-ranks"/' | tag "$point" "$mode" >>"$out.jsonl"
-		sh "$top/scripts/cluster.sh" up $W $S "$RATE"
-		/usr/bin/python3 "$top/scripts/link-sampler.py" "$SAMPLE_S" $links >"$out.$model-$gbps-$mode.samples" &
+		sh "$top/experiment/cluster.sh" up $W $S "$RATE"
+		/usr/bin/python3 "$top/experiment/bench/link-sampler.py" "$SAMPLE_S" $links >"$out.$model-$gbps-$mode.samples" &
 		sampler=$!
-		REPLAY_ARGS="--cc $cc" timeout 600 sh "$top/scripts/train.sh" "$profiles/$model.graph.txt" "$mode" $W $S \
+		REPLAY_ARGS="--cc $cc" timeout 600 sh "$top/experiment/train.sh" "$profiles/$model.graph.txt" "$mode" $W $S \
 			"$(divisor_of "$gbps")" "$ITER" | grep '"role":"worker"' | tag "$point" "$mode" >>"$out.jsonl" ||
 			{ echo "FAIL bench-gap: $model $mode at $gbps Gbit/s did not finish"; failed=1; }
 		kill "$sampler"
 		wait "$sampler"
 		sampler=""
-		sh "$top/scripts/cluster.sh" down
+		sh "$top/experiment/cluster.sh" down
 		echo "INFO bench-gap: $model at $gbps Gbit/s, $mode done"
 	done
 done
-/usr/bin/python3 "$top/scripts/bench-gap-report.py" "$out" "$RATE" || failed=1
+/usr/bin/python3 "$top/experiment/report/bench-gap-report.py" "$out" "$RATE" || failed=1
 exit $failed

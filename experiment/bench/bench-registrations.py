@@ -10,7 +10,7 @@ import struct
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "integration"))
 from hostile import (ERROR, HELLO, KIND_COOKIE, MODEL, REGISTER, STATUS_REPLY,  # noqa: E402
                      STATUS_REQUEST, connect, error_of, frame, frames, string)
 

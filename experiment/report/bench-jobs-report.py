@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""Turns scripts/bench-jobs.sh's runs into a table (stdout and OUT.md) and JSON.
+"""Turns experiment/bench/bench-jobs.sh's runs into a table (stdout and OUT.md) and JSON.
 
 usage: bench-jobs-report.py OUT_PREFIX      (reads OUT_PREFIX.runs.jsonl)
 
@@ -239,7 +239,7 @@ def main() -> int:
     out = Path(sys.argv[1])
     runs = Path(f"{out}.runs.jsonl")
     if not runs.exists():
-        print(f"bench-jobs-report: {runs} not found (run scripts/bench-jobs.sh first)", file=sys.stderr)
+        print(f"bench-jobs-report: {runs} not found (run experiment/bench/bench-jobs.sh first)", file=sys.stderr)
         return 1
     report = analyse(load(runs))
     bounds = load_bounds(runs)

@@ -21,7 +21,7 @@
 # usage: bench-ack-cost.sh   (root; env FLOWS="1 1000", ROUNDS=5,
 #                             SECONDS_PER_RUN=4, BIN=dir with mercury-flow)
 set -uo pipefail
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 export PATH=${BIN:-$top/build/user/guest-bin}:$PATH
 IP=/usr/sbin/ip TC=/usr/sbin/tc
 ROUNDS=${ROUNDS:-5} SECS=${SECONDS_PER_RUN:-4} FLOWS=${FLOWS:-1 1000}

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# The demo natively on this host with the BPF datapath (tests/cc/demo.sh):
+# The demo natively on this host with the BPF datapath (experiment/demo.sh):
 # registers it with a loader mercuryd unless a mercury CC is already there,
-# and keeps the RESULT lines in LOG for scripts/report.sh.
+# and keeps the RESULT lines in LOG for experiment/report/report.sh.
 # usage: demo-native.sh LOG
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,12 +12,13 @@ log=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 export PATH=${BIN:-$top/build/user/guest-bin}:$PATH
 . "$top/scripts/bpf-loader.sh"
 cleanup() {
-	sh "$top/scripts/cluster.sh" down 2>/dev/null
+	sh "$top/experiment/cluster.sh" down 2>/dev/null
 	bpf_loader_stop
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 bpf_loader_start demo || exit 1
+# From tests/cc: demo.sh uses the shared harness library (lib.sh) there.
 cd "$top/tests/cc" &&
-	SCRIPTS=$top/scripts PROFILES=$top/tests/experiment/profiles sh ./demo.sh 2>&1 | tee "$log" |
+	SCRIPTS=$top/experiment PROFILES=$top/experiment/profiles sh "$top/experiment/demo.sh" 2>&1 | tee "$log" |
 	grep --line-buffered -E '^(RESULT|INFO demo)'

@@ -4,7 +4,7 @@
 # Compiles tcp_mercury.ko against another kernel's headers (W=1), in a copy
 # of the tree so the 6.1 build the VM tests load is left alone. Fails on any
 # warning or error. Used by `make test` for Debian's 6.12 cloud headers,
-# which do not boot reliably under this qemu (see README).
+# which do not boot reliably under this qemu (see doc/testing.md).
 #
 # usage: kmod-compile-check.sh HEADERS_DIR
 set -uo pipefail

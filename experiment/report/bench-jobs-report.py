@@ -13,7 +13,7 @@ A job's time together counts only the iterations that lie inside the span in
 which both jobs were measuring (after warm-up, before either job's end), on
 every worker; its time alone is the replayer's own mean.
 
-Targets (issue 13), reported as met or missed: with isolation, each job's
+Targets, reported as met or missed: with isolation, each job's
 slowdown is at most its slowdown under fifo, and each job's iteration time
 together is below its time together under fifo.
 
@@ -228,7 +228,7 @@ def markdown(report: dict, met: List[str], missed: List[str]) -> str:
                      f"both jobs at line rate): {modes}"
                      + (f"; the slowdown target would need {target:.2f}" if target else "") + ".")
     lines.append("")
-    lines.append(f"Targets (issue 13): met {len(met)}; missed: {', '.join(missed) if missed else 'none'}")
+    lines.append(f"Targets: met {len(met)}; missed: {', '.join(missed) if missed else 'none'}")
     return "\n".join(lines) + "\n"
 
 

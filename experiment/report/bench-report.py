@@ -16,7 +16,7 @@ Modes run with BytePS's balanced placement (labels ending in "+balanced", at
 BALANCED_POINTS) are reported in a table of their own, against their own bound,
 and take no part in the targets or the main speedups.
 
-Targets (issue 10), reported as met or missed:
+Targets, reported as met or missed:
 - mercury <= 1.10x the bound at every communication-bound point (bound set
   by a link, not by compute);
 - mercury never slower than any baseline (upper CI of the speedup >= 1);

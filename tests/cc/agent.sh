@@ -153,7 +153,7 @@ test_agent_many_fds() {
 }
 
 # Prometheus metrics (--metrics): scraped over HTTP while a trainer runs;
-# the names and types README.md lists, values that follow the job, and the
+# the names and types doc/operations.md lists, values that follow the job, and the
 # datapath's own counters as mercuryctl stats gives them.
 METRICS=/tmp/metrics.txt
 metric() {	# metric NAME_AND_LABELS: its value in the last scrape

@@ -181,7 +181,7 @@ test_weights() {
 	# Exact against the observer. Exact against the kernel's TcpExt count on
 	# kernels that run BPF for every state change; the CI hosts' does not for
 	# about 1 in 600 (a softirq on top of certain tasks: no BPF program at all
-	# runs there, the observer's neither; README.md, "How it is tested").
+	# runs there, the observer's neither; doc/testing.md).
 	expect cc/recoveries-seen "CC saw $seen recoveries, the observer $observed, kernel counted $rec" \
 		[ -n "$observed" -a "$seen" = "$observed" ]
 	if [ "${SUITE:-vm}" = bpf ]; then

@@ -35,7 +35,7 @@ using mercury::Status;
 constexpr int kExitOk = 0;
 constexpr int kExitRefused = 1;    // the kernel rejected the request
 constexpr int kExitUsage = 2;      // bad command line
-constexpr int kExitNoModule = 3;   // no datapath: module not loaded, BPF not running
+constexpr int kExitUnavailable = 3;   // what it needs is not there: no datapath (module, BPF) or no agent
 
 // After the generated help: what FLOW, RANK and the exit codes mean.
 constexpr const char* kFooter = R"(Every command acts on the caller's network namespace.
@@ -122,13 +122,13 @@ int report(const Status& status, const char* what)
     return kExitRefused;
 }
 
-int cmd_dump(Datapath& nl, bool json)
+int cmd_dump(Datapath& datapath, bool json)
 {
     std::vector<mercury::TagEntry> tags;
     std::vector<mercury::FlowEntry> flows;
-    if (int rc = report(nl.dump_tags(tags), "dump tags"))
+    if (int rc = report(datapath.dump_tags(tags), "dump tags"))
         return rc;
-    if (int rc = report(nl.dump_flows(flows), "dump flows"))
+    if (int rc = report(datapath.dump_flows(flows), "dump flows"))
         return rc;
 
     if (json) {
@@ -161,7 +161,7 @@ void print_map(const std::map<std::string, uint64_t>& values, bool json)
         std::printf("%-16s %llu\n", k.c_str(), static_cast<unsigned long long>(v));
 }
 
-int cmd_params(Datapath& nl, const std::vector<std::string>& settings, bool json)
+int cmd_params(Datapath& datapath, const std::vector<std::string>& settings, bool json)
 {
     if (!settings.empty()) {
         mercury::Params params;
@@ -177,10 +177,10 @@ int cmd_params(Datapath& nl, const std::vector<std::string>& settings, bool json
             if (const Status s = set_param_by_name(params, kv.substr(0, eq), value); !s)
                 throw UsageError{s.message};
         }
-        return report(nl.set_params(params), "set parameters");
+        return report(datapath.set_params(params), "set parameters");
     }
     mercury::Params params;
-    if (int rc = report(nl.get_params(params), "get parameters"))
+    if (int rc = report(datapath.get_params(params), "get parameters"))
         return rc;
     print_map(params_as_map(params), json);
     return kExitOk;
@@ -201,7 +201,7 @@ int fetch_status(const std::string& path, bool json, std::string& document, bool
     if (!sock || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
         if (!quiet)
             std::cerr << "mercuryctl: cannot reach mercuryd at " << path << ": " << std::strerror(errno) << "\n";
-        return kExitNoModule;
+        return kExitUnavailable;
     }
     const timeval timeout{5, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
@@ -295,10 +295,10 @@ std::map<std::string, Owner> owners_from_agent(const std::string& path)
 }
 
 // Every mercury socket of this netns, joined with what mercuryd knows of it.
-int print_flows(Datapath& nl, const std::string& path, bool json)
+int print_flows(Datapath& datapath, const std::string& path, bool json)
 {
     std::vector<mercury::SocketView> sockets;
-    if (int rc = report(nl.list_sockets(sockets), "list sockets"))
+    if (int rc = report(datapath.list_sockets(sockets), "list sockets"))
         return rc;
     const auto owners = owners_from_agent(path);
     auto owner_of = [&](const mercury::SocketView& v) -> const Owner* {
@@ -339,14 +339,14 @@ int print_flows(Datapath& nl, const std::string& path, bool json)
 }
 
 // top: flows again every @interval_ms, @count times (0: until interrupted).
-int cmd_top(Datapath& nl, const Options& o)
+int cmd_top(Datapath& datapath, const Options& o)
 {
     for (unsigned i = 0; o.count == 0 || i < o.count; ++i) {
         if (i > 0)
             ::usleep(o.interval_ms * 1000);
         if (!o.json)
             std::cout << "\033[H\033[2J" << std::flush;  // clear, as top does
-        if (int rc = print_flows(nl, o.socket, o.json))
+        if (int rc = print_flows(datapath, o.socket, o.json))
             return rc;
         std::cout << std::flush;
     }
@@ -382,31 +382,31 @@ int run(const CLI::App& app, const Options& o)
         key = flow_key(o, *app.get_subcommand("flow")->get_subcommand("del"));
     }
 
-    std::unique_ptr<Datapath> nl;
-    if (const Status s = mercury::open_datapath(*mercury::parse_datapath_kind(o.datapath), nl); !s) {
+    std::unique_ptr<Datapath> datapath;
+    if (const Status s = mercury::open_datapath(*mercury::parse_datapath_kind(o.datapath), datapath); !s) {
         std::cerr << "mercuryctl: " << s.describe() << "\n";
-        return s.error == -ENOENT ? kExitNoModule : kExitRefused;
+        return s.error == -ENOENT ? kExitUnavailable : kExitRefused;
     }
     if (under("tag", "set"))
-        return report(nl->set_tag(o.tag, priority(o, *app.get_subcommand("tag")->get_subcommand("set"))), "set tag");
+        return report(datapath->set_tag(o.tag, priority(o, *app.get_subcommand("tag")->get_subcommand("set"))), "set tag");
     if (under("tag", "del"))
-        return report(nl->del_tag(o.tag), "delete tag");
+        return report(datapath->del_tag(o.tag), "delete tag");
     if (under("flow", "set"))
-        return report(nl->set_flow(*key, prio), "set flow");
+        return report(datapath->set_flow(*key, prio), "set flow");
     if (under("flow", "del"))
-        return report(nl->del_flow(*key), "delete flow");
+        return report(datapath->del_flow(*key), "delete flow");
     if (chosen("dump"))
-        return cmd_dump(*nl, o.json);
+        return cmd_dump(*datapath, o.json);
     if (chosen("flush"))
-        return report(nl->flush(), "flush");
+        return report(datapath->flush(), "flush");
     if (chosen("params"))
-        return cmd_params(*nl, o.params, o.json);
+        return cmd_params(*datapath, o.params, o.json);
     if (chosen("flows"))
-        return print_flows(*nl, o.socket, o.json);
+        return print_flows(*datapath, o.socket, o.json);
     if (chosen("top"))
-        return cmd_top(*nl, o);
+        return cmd_top(*datapath, o);
     mercury::Stats stats;  // stats
-    if (int rc = report(nl->get_stats(stats), "get stats"))
+    if (int rc = report(datapath->get_stats(stats), "get stats"))
         return rc;
     print_map(stats, o.json);
     return kExitOk;

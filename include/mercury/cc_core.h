@@ -4,7 +4,7 @@
  *
  * The arithmetic of the algorithm as pure functions over plain integers: no
  * kernel structures, no allocation, no locks, no floating point, loops bounded
- * by constants. The kernel module (kmod/tcp_mercury.c), an eBPF struct_ops
+ * by constants. The kernel module (kmod/mercury_cc.c), an eBPF struct_ops
  * variant and the user-space unit tests compile this same file, so the
  * datapaths cannot drift apart.
  *

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-// mercuryd's configuration: a file of `key = value` lines (see
-// agent/mercuryd.conf) overridden by command-line flags of the same names.
+// mercuryd's configuration: a TOML file (see agent/mercuryd.conf, parsed by
+// toml++) overridden by command-line flags of the same names.
 #pragma once
 
 #include <optional>

@@ -30,7 +30,7 @@ void KernelSync::stop()
 {
     stopped_ = true;
     timer_.cancel();
-    nl_.reset();
+    datapath_.reset();
 }
 
 void KernelSync::set(const FlowKey& key, EntryValue value)
@@ -48,37 +48,37 @@ void KernelSync::remove(const FlowKey& key)
 KernelSyncStats KernelSync::stats() const
 {
     KernelSyncStats s = stats_;
-    s.connected = nl_ != nullptr;
+    s.connected = datapath_ != nullptr;
     s.entries = desired_.size();
     return s;
 }
 
 bool KernelSync::connect()
 {
-    const Status s = provider_.open(nl_);
+    const Status s = provider_.open(datapath_);
     if (!s) {
-        nl_.reset();
+        datapath_.reset();
         if (!warned_absent_)
             log_.warn("no Mercury datapath; training continues without priorities, retrying",
                       {{"reason", s.describe()}});
         warned_absent_ = true;
         return false;
     }
-    log_.info("using the datapath", {{"datapath", std::string(nl_->name())}, {"entries", std::to_string(desired_.size())}});
+    log_.info("using the datapath", {{"datapath", std::string(datapath_->name())}, {"entries", std::to_string(desired_.size())}});
     warned_absent_ = false;
     warned_no_jobs_ = false;
     ++stats_.reconnects;
     pushed_.clear();
     dirty_.clear();  // everything goes now
     push_all();
-    return nl_ != nullptr;
+    return datapath_ != nullptr;
 }
 
 void KernelSync::disconnect(const Status& why)
 {
     datapath_stats_.clear();
     log_.warn("lost the datapath; will reconnect and push everything", {{"reason", why.describe()}});
-    nl_.reset();
+    datapath_.reset();
     pushed_.clear();
     dirty_.clear();  // the next connect() pushes everything
 }
@@ -97,7 +97,7 @@ bool KernelSync::push(const FlowKey& key, const EntryValue& value)
 {
     // An older module has no jobs: ranks still apply, shared by all jobs.
     uint8_t job = value.job;
-    if (job && !nl_->supports_jobs()) {
+    if (job && !datapath_->supports_jobs()) {
         if (!warned_no_jobs_)
             log_.warn("the loaded tcp_mercury predates jobs (netlink version 1): jobs share one precedence "
                       "until it is replaced by this version's module");
@@ -105,7 +105,7 @@ bool KernelSync::push(const FlowKey& key, const EntryValue& value)
         job = 0;
     }
     const Status s =
-        timed([&] { return nl_->set_flow(key, Priority{value.rank, value.weight, options_.ttl_ms, job}); });
+        timed([&] { return datapath_->set_flow(key, Priority{value.rank, value.weight, options_.ttl_ms, job}); });
     if (!s) {
         ++stats_.errors;
         // The family went away (module unloaded or reloaded): start over.
@@ -123,7 +123,7 @@ bool KernelSync::push(const FlowKey& key, const EntryValue& value)
 void KernelSync::push_all()
 {
     for (const auto& [key, value] : desired_)
-        if (!nl_ || !push(key, value))
+        if (!datapath_ || !push(key, value))
             return;
     last_refresh_ = Clock::now();
 }
@@ -132,7 +132,7 @@ void KernelSync::push_all()
 // not the table (a registration must not cost one push per registered flow).
 void KernelSync::flush()
 {
-    if (!nl_)
+    if (!datapath_)
         return;
     const auto changed = std::move(dirty_);
     dirty_.clear();
@@ -141,7 +141,7 @@ void KernelSync::flush()
         const auto p = pushed_.find(key);
         if (desired_.count(key) || p == pushed_.end())
             continue;
-        const Status s = timed([&] { return nl_->del_flow(key); });
+        const Status s = timed([&] { return datapath_->del_flow(key); });
         if (!s && s.error != -ENOENT) {
             ++stats_.errors;
             disconnect(s);
@@ -175,12 +175,12 @@ void KernelSync::schedule_check()
 void KernelSync::check()
 {
     provider_.maintain();
-    if (!nl_) {
+    if (!datapath_) {
         connect();
     } else {
         // Fewer entries in the kernel than we pushed: reloaded or flushed.
         Stats kstats;
-        const Status s = nl_->get_stats(kstats);
+        const Status s = datapath_->get_stats(kstats);
         datapath_stats_ = kstats;
         if (!s) {
             disconnect(s);

@@ -76,7 +76,7 @@ private:
     const Logger& log_;
     DatapathProvider& provider_;
     KernelSyncOptions options_;
-    std::unique_ptr<Datapath> nl_;
+    std::unique_ptr<Datapath> datapath_;
     std::map<FlowKey, EntryValue, FlowKeyLess> desired_;
     std::map<FlowKey, EntryValue, FlowKeyLess> pushed_;   // what the kernel holds, as far as we know
     std::set<FlowKey, FlowKeyLess> dirty_;                // changed since the last flush()

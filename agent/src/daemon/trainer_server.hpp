@@ -42,7 +42,6 @@ public:
     // its path, mode and group); the limits of @options apply.
     void adopt(int fd, const SocketOptions& options);
     void stop();
-    size_t sessions() const { return sessions_.size(); }
 
 private:
     friend class Session;

@@ -63,17 +63,6 @@ std::optional<uint32_t> Params::* param_member(int id)
     }
 }
 
-const std::vector<std::string>& param_names()
-{
-    static const std::vector<std::string> names = [] {
-        std::vector<std::string> v;
-        for (const auto& f : kParamFields)
-            v.emplace_back(f.name);
-        return v;
-    }();
-    return names;
-}
-
 Status set_param_by_name(Params& params, const std::string& name, uint64_t value)
 {
     for (const auto& f : kParamFields) {

@@ -68,7 +68,6 @@ struct ParamField {
 };
 std::span<const ParamField> param_fields();
 std::optional<uint32_t> Params::* param_member(int id);
-const std::vector<std::string>& param_names();
 Status set_param_by_name(Params& params, const std::string& name, uint64_t value);
 std::map<std::string, uint64_t> params_as_map(const Params& params);
 

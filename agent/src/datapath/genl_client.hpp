@@ -22,7 +22,6 @@ public:
 
     std::string_view name() const override { return "kmod"; }
     bool supports_jobs() const override { return version_ >= 2; }
-    unsigned version() const { return version_; }   // the loaded module's netlink version
 
     Status set_tag(uint32_t tag, const Priority& prio) override;
     Status del_tag(uint32_t tag) override;

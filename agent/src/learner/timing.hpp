@@ -18,7 +18,6 @@ public:
 
     void add(uint32_t sample_us);
     uint32_t value_us() const { return estimate_; }
-    size_t samples() const { return count_; }
 
 private:
     std::array<uint32_t, kWindow> ring_{};

@@ -16,7 +16,7 @@
 set -euo pipefail
 
 PKGS=(
-	build-essential make cmake pkg-config git
+	build-essential make cmake pkg-config git file
 	libnl-3-dev libnl-genl-3-dev libboost-dev catch2 python3 strace
 	prometheus-cpp-dev nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libsystemd-dev systemd
 	libbpf-dev libelf-dev zlib1g-dev bpftool dwarves
@@ -30,10 +30,12 @@ PKGS=(
 # command:package for every external program `make`, `make test` and
 # `make demo` run (beyond coreutils, util-linux and the shell). Kbuild runs
 # pahole for the BTF of modules built against kernels that ship vmlinux
-# (6.12's headers do); the packaging suite's apt pulls in dkms itself.
+# (6.12's headers do); CPack's .deb generator runs file and dpkg-shlibdeps;
+# the packaging suite's apt pulls in dkms itself.
 COMMANDS=(
 	make:make cc:build-essential g++:build-essential cmake:cmake ctest:cmake
 	pkg-config:pkg-config git:git strace:strace
+	cpack:cmake file:file dpkg-shlibdeps:dpkg-dev
 	clang-14:clang-14 clang++-14:clang-14 bpftool:bpftool pahole:dwarves
 	qemu-system-x86_64:qemu-system-x86 busybox:busybox-static cpio:cpio
 	depmod:kmod modinfo:kmod ip:iproute2 tc:iproute2 ss:iproute2 bridge:iproute2

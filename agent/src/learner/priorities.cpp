@@ -7,8 +7,8 @@ namespace mercury {
 
 namespace {
 
-constexpr uint16_t kWeightFirst = 32;
-constexpr uint16_t kWeightLast = 8;
+constexpr uint16_t kWeightFirst = 2 * MERCURY_WEIGHT_UNIT;
+constexpr uint16_t kWeightLast = MERCURY_WEIGHT_UNIT / 2;
 
 void assign_weights(std::vector<LayerPriority>& out)
 {

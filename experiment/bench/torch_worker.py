@@ -35,6 +35,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python")
 import mercury.torch as mt  # noqa: E402
 
 MODES = ["ddp", "one-lane", "lanes-cubic", "full"]
+# Also known, not run by default: a mode with "-clip" clips the gradients
+# (clip_grad_norm_ on model.parameters(), between backward() and step()),
+# which makes mercury.torch wait for every reduction first.
+CLIP_MODES = [m + "-clip" for m in MODES]
+CLIP_NORM = 1.0
 
 
 def make_model(name: str) -> nn.Module:
@@ -131,6 +136,8 @@ class EmulatedModel(nn.Module):
 
 
 def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
+    clip = mode.endswith("-clip")
+    mode = mode[:-len("-clip")] if clip else mode
     torch.manual_seed(0)
     if args.compute == "emulated":
         model = EmulatedModel(args.model, times, args.compute_scale, args.byte_divisor)
@@ -162,6 +169,8 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
         out = net(x)
         loss = out.sum() if y is None else loss_fn(out, y)
         loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
         opt.step()
 
     for _ in range(args.warmup):
@@ -224,13 +233,16 @@ def main() -> int:
                                 else make_model(args.model)).parameters())
     compute_s = sum(f + b for f, b in times) * args.compute_scale if args.compute == "emulated" else None
     modes = args.modes.split(",")
+    unknown = [m for m in modes if m not in MODES + CLIP_MODES]
+    if unknown:
+        raise SystemExit(f"torch_worker: unknown modes {unknown}; known: {MODES + CLIP_MODES}")
     for rep in range(args.repeats):
         for mode in modes:
             r = run_mode(mode, args, times)
             if args.rank == 0:
                 print(json.dumps({"label": args.label, "model": args.model, "compute": args.compute,
                                   "workers": args.world, "mode": mode, "repeat": rep,
-                                  "cc": "mercury" if mode == "full" else args.baseline_cc,
+                                  "cc": "mercury" if mode.startswith("full") else args.baseline_cc,
                                   "model_bytes": model_bytes, "byte_divisor": args.byte_divisor,
                                   "compute_s": compute_s, **r}), flush=True)
     dist.barrier()

@@ -19,6 +19,7 @@ from collections import defaultdict
 from typing import Dict, List, Tuple
 
 MODES = ["ddp", "one-lane", "lanes-cubic", "full"]
+CLIP_MODES = [m + "-clip" for m in MODES]
 # Ethernet frame on the wire (tbf counts it) per TCP payload with timestamps.
 WIRE_PER_PAYLOAD = 1514 / 1448
 # Two-sided 95% Student t quantiles by degrees of freedom.
@@ -68,7 +69,7 @@ def main() -> int:
                  "byte_divisor": any_run.get("byte_divisor", 1),
                  "model_bytes": any_run["model_bytes"], "compute_s": any_run["compute_s"],
                  "comm_bound_s": comm, "bound_s": bound, "modes": {}}
-        for mode in [m for m in MODES if m in modes]:
+        for mode in [m for m in MODES + CLIP_MODES if m in modes]:
             times = [r["iteration_s"] for r in modes[mode]]
             m, ci = mean_ci(times)
             cv = statistics.stdev(times) / m if len(times) > 1 else float("nan")
@@ -92,6 +93,14 @@ def main() -> int:
                          f"{sp('ddp')} | {sp('one-lane')} | {sp('lanes-cubic')} | {m / bound:.2f} | "
                          f"{entry['cpu_util']:.2f} |")
         summary.append(point)
+        # What clipping costs each mode: its time with clipping over without, paired by repeat.
+        point["clip_cost"] = {}
+        for base in MODES:
+            if base in by_repeat and base + "-clip" in by_repeat:
+                common = sorted(set(by_repeat[base]) & set(by_repeat[base + "-clip"]))
+                ratios = [by_repeat[base + "-clip"][k] / by_repeat[base][k] for k in common]
+                if ratios:
+                    point["clip_cost"][base] = mean_ci(ratios)
         if label.startswith("emulated") and "full" in point["modes"]:
             f = point["modes"]["full"]
             goals = [("full >= 1.3x DDP", f.get("speedup_vs_ddp", (0,))[0] >= 1.3),
@@ -103,6 +112,9 @@ def main() -> int:
     notes = [f"bound = max(compute, 2(N-1)/N x model bytes x {WIRE_PER_PAYLOAD:.4f} / rate); "
              "real-compute rows: communication part only (compute there is not emulated)"]
     for p in summary:
+        if p.get("clip_cost"):
+            notes.append(f"{p['setup']} at {p['rate_mbit']} Mbit/s, clipping (clip_grad_norm_ before step) costs: "
+                         + ", ".join(f"{m} x{r:.3f} ± {ci:.3f}" for m, (r, ci) in p["clip_cost"].items()))
         if "targets" in p:
             notes.append(f"{p['setup']} at {p['rate_mbit']} Mbit/s (comm {p['comm_bound_s']:.2f} s, compute "
                          f"{p['compute_s']:.2f} s): " + ", ".join(f"{g}: {'met' if ok else 'MISSED'}"

@@ -23,8 +23,10 @@
  * a host grow and back off together as one flow of its weight, and other
  * jobs' traffic cannot keep a job's flows yielding to delay for good.
  *
- * The arithmetic lives in include/mercury/cc_core.h, shared with the eBPF
- * variant and unit tests; this file is the glue to struct tcp_sock.
+ * The hooks are include/mercury/cc_hooks.h and their arithmetic
+ * include/mercury/cc_core.h, both shared with the eBPF variant; this file is
+ * the module's glue: per-netns state, parameters, counters, and the kernel's
+ * TCP helpers.
  */
 
 #include <linux/module.h>
@@ -34,10 +36,6 @@
 
 #include <mercury/cc_core.h>
 #include "tcp_mercury.h"
-
-#define MERCURY_F_INIT		0x01	/* init() ran (or we did it lazily) */
-#define MERCURY_F_HELD		0x02	/* cwnd clamped to the floor */
-#define MERCURY_F_FOUND		0x04	/* priority came from an entry */
 
 /* Per-flow state; lives in icsk_ca_priv. */
 struct mercury_sock {
@@ -93,14 +91,117 @@ MERCURY_PARAM(max_hold_ms, 10, 60000,
 	      "longest continuous hold; then the flow is let go for max_hold/8 (default 1000)");
 MERCURY_PARAM(debug, 0, 1, "log hold/release transitions (default 0)");
 
-static struct mercury_net *mercury_net_of(const struct sock *sk)
+/* The glue include/mercury/cc_hooks.h is written against. */
+struct mercury_ctx {
+	struct mercury_net *mn;
+};
+
+#define MERCURY_HOOK		static inline
+#define MERCURY_COUNT(x, ev)	mercury_count((x)->mn, MERCURY_CNT_##ev)
+#define MERCURY_READ(v)		READ_ONCE(v)
+#define MERCURY_WRITE(v, val)	WRITE_ONCE(v, val)
+
+static inline struct mercury_sock *mercury_priv(struct sock *sk)
 {
-	return mercury_pernet(sock_net(sk));
+	return inet_csk_ca(sk);
+}
+
+static inline void mercury_ctx_of(const struct sock *sk, struct mercury_ctx *x)
+{
+	x->mn = mercury_pernet(sock_net(sk));
+}
+
+static inline void mercury_ctx_find(const struct sock *sk, struct mercury_ctx *x)
+{
+	mercury_ctx_of(sk, x);	/* per-netns state exists as long as the netns */
+}
+
+static inline u32 mercury_cwnd_floor(const struct mercury_ctx *x)
+{
+	return READ_ONCE(x->mn->params.cwnd_floor);
+}
+
+static inline u32 mercury_max_hold_ms(const struct mercury_ctx *x)
+{
+	return READ_ONCE(x->mn->params.max_hold_ms);
+}
+
+static inline u32 mercury_delay_thresh_us(const struct mercury_ctx *x)
+{
+	return READ_ONCE(x->mn->params.delay_thresh_us);
+}
+
+static inline u32 mercury_table_gen(const struct mercury_ctx *x)
+{
+	return READ_ONCE(x->mn->gen);
+}
+
+/* When each rank of the job last had data out: its precedence. */
+static inline u64 *mercury_stamps(struct mercury_ctx *x, u32 job)
+{
+	return job < MERCURY_NUM_JOBS ? x->mn->last_active_us[job] : NULL;
+}
+
+static inline u64 *mercury_job_active(struct mercury_ctx *x)
+{
+	return x->mn->job_active_us;
+}
+
+static inline struct mercury_job_census *mercury_census(struct mercury_ctx *x,
+							 u32 job)
+{
+	return job < MERCURY_NUM_JOBS ? &x->mn->census[job] : NULL;
+}
+
+static inline u32 mercury_snd_cwnd(const struct tcp_sock *tp)
+{
+	return tcp_snd_cwnd(tp);
+}
+
+static inline void mercury_set_snd_cwnd(struct tcp_sock *tp, u32 cwnd)
+{
+	tcp_snd_cwnd_set(tp, cwnd);
+}
+
+static inline u32 mercury_min_rtt(const struct tcp_sock *tp)
+{
+	return tcp_min_rtt(tp);
+}
+
+static inline bool mercury_in_reduction(const struct sock *sk)
+{
+	return tcp_in_cwnd_reduction(sk);
+}
+
+static inline bool mercury_has_data(const struct sock *sk)
+{
+	return tcp_sk(sk)->packets_out || !tcp_write_queue_empty(sk);
+}
+
+static inline bool mercury_cwnd_limited(const struct sock *sk)
+{
+	return tcp_is_cwnd_limited(sk);
+}
+
+static inline u8 mercury_ca_state(const struct sock *sk)
+{
+	return inet_csk(sk)->icsk_ca_state;
+}
+
+static inline u64 mercury_clock_us(void)
+{
+	return tcp_clock_us();
+}
+
+static inline u32 mercury_reno_undo_cwnd(struct sock *sk)
+{
+	return tcp_reno_undo_cwnd(sk);
 }
 
 static void mercury_refresh_prio(struct sock *sk, struct mercury_sock *ca,
-				 struct mercury_net *mn)
+				 struct mercury_ctx *x)
 {
+	struct mercury_net *mn = x->mn;
 	u32 gen = smp_load_acquire(&mn->gen);	/* then the table it publishes */
 	u32 tag = READ_ONCE(sk->sk_priority);
 	struct mercury_prio prio;
@@ -122,305 +223,57 @@ static void mercury_refresh_prio(struct sock *sk, struct mercury_sock *ca,
 		ca->flags &= ~MERCURY_F_FOUND;
 }
 
-static void mercury_init(struct sock *sk)
+static void mercury_changed(struct sock *sk, const struct mercury_sock *ca,
+			    enum mercury_hold_change change, u32 cwnd)
 {
-	struct mercury_sock *ca = inet_csk_ca(sk);
-	struct mercury_net *mn = mercury_net_of(sk);
-
-	/* A lazy init from an early ACK hook may have run already. */
-	if (ca->flags & MERCURY_F_INIT)
-		return;
-	memset(ca, 0, sizeof(*ca));
-	ca->flags = MERCURY_F_INIT;
-	ca->table_gen = READ_ONCE(mn->gen) - 1;	/* force a lookup */
-	mercury_refresh_prio(sk, ca, mn);
-	mercury_count(mn, MERCURY_CNT_FLOWS_INIT);
+	if (READ_ONCE(mercury_pernet(sock_net(sk))->params.debug))
+		net_info_ratelimited("tcp_mercury: %pI4:%u rank %u %s cwnd %u\n",
+				     &sk->sk_daddr, ntohs(sk->sk_dport), ca->rank,
+				     change == MERCURY_HOLD_ENTERED ? "held" : "released",
+				     cwnd);
 }
 
-/* Hooks can run before init() (passive open); make state valid first. */
-static struct mercury_sock *mercury_ca(struct sock *sk)
-{
-	struct mercury_sock *ca = inet_csk_ca(sk);
+#include <mercury/cc_hooks.h>
 
-	if (unlikely(!(ca->flags & MERCURY_F_INIT)))
-		mercury_init(sk);
-	return ca;
+static void mercury_init(struct sock *sk)
+{
+	mercury_on_init(sk);
 }
 
 static void mercury_release(struct sock *sk)
 {
-	struct mercury_sock *ca = inet_csk_ca(sk);
-
-	/* release() also runs on sockets whose init() never did. */
-	if (ca->flags & MERCURY_F_INIT)
-		mercury_count(mercury_net_of(sk), MERCURY_CNT_FLOWS_RELEASED);
-}
-
-static void mercury_load(const struct tcp_sock *tp,
-			 const struct mercury_sock *ca,
-			 struct mercury_window *w)
-{
-	w->cwnd = tcp_snd_cwnd(tp);
-	w->ssthresh = tp->snd_ssthresh;
-	w->cnt = ca->cnt;
-}
-
-static void mercury_store(struct tcp_sock *tp, struct mercury_sock *ca,
-			  const struct mercury_window *w)
-{
-	tcp_snd_cwnd_set(tp, w->cwnd);
-	tp->snd_ssthresh = w->ssthresh;
-	ca->cnt = w->cnt;
-}
-
-/* When each rank of this flow's job last had data out: its precedence. */
-static const u64 *mercury_job_stamps(const struct mercury_sock *ca,
-				     const struct mercury_net *mn)
-{
-	return mn->last_active_us[ca->job];
-}
-
-/* Note that this flow's rank has data outstanding right now. */
-static void mercury_mark_active(struct sock *sk, struct mercury_sock *ca,
-				struct mercury_net *mn, u64 now_us)
-{
-	u64 *stamp;
-
-	if (ca->rank >= MERCURY_NUM_RANKS)
-		return;
-	stamp = &mn->last_active_us[ca->job][ca->rank];
-	/* Shared by all flows of the rank: write rarely to spare the cache line. */
-	if (now_us - READ_ONCE(*stamp) >= 100) {
-		WRITE_ONCE(*stamp, now_us);
-		WRITE_ONCE(mn->job_active_us[ca->job], now_us);
-	}
-}
-
-static bool mercury_has_data(const struct sock *sk)
-{
-	return tcp_sk(sk)->packets_out || !tcp_write_queue_empty(sk);
-}
-
-/* A job's flows here share its weight: shares go per job, not per flow. */
-static void mercury_update_share(struct sock *sk, struct mercury_sock *ca,
-				 struct mercury_net *mn, u64 now_us,
-				 u32 window_us)
-{
-	if (ca->job == MERCURY_JOB_NONE || (ca->flags & MERCURY_F_HELD) ||
-	    !mercury_has_data(sk)) {
-		ca->flows = 1;
-		return;
-	}
-	ca->flows = mercury_job_census_count(&mn->census[ca->job],
-					     &ca->census_seen, now_us, window_us);
-}
-
-/* Another flow of the job backed off on a loss: back off with it. */
-static void mercury_follow_job_cut(struct sock *sk, struct mercury_sock *ca,
-				   struct mercury_net *mn, u64 now_us,
-				   u32 window_us)
-{
-	struct tcp_sock *tp = tcp_sk(sk);
-	struct mercury_window w;
-
-	if (ca->job == MERCURY_JOB_NONE || (ca->flags & MERCURY_F_HELD) ||
-	    tcp_in_cwnd_reduction(sk) ||
-	    !mercury_job_cut_due(&mn->census[ca->job], &ca->cut_seen,
-				 &ca->last_backoff_us, now_us, window_us,
-				 tp->srtt_us >> 3))
-		return;
-	mercury_load(tp, ca, &w);
-	mercury_job_cut(&w, ca->weight);
-	mercury_store(tp, ca, &w);
-	mercury_count(mn, MERCURY_CNT_JOB_CUTS);
-}
-
-static void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
-				struct mercury_net *mn, u64 now_us,
-				u32 window_us)
-{
-	struct tcp_sock *tp = tcp_sk(sk);
-	u32 floor = READ_ONCE(mn->params.cwnd_floor);
-	bool held = ca->flags & MERCURY_F_HELD;
-	bool in_reduction = tcp_in_cwnd_reduction(sk);
-	enum mercury_hold_change change;
-	struct mercury_window w;
-
-	mercury_load(tp, ca, &w);
-	if (mercury_hold_leaked(&w, held, in_reduction, floor))
-		mercury_count(mn, MERCURY_CNT_HOLD_LEAKS);
-	else if (held && in_reduction)
-		mercury_count(mn, MERCURY_CNT_HELD_IN_RECOVERY);
-	change = mercury_hold_step(&w, &ca->hold, held,
-				   mercury_preempted(mercury_job_stamps(ca, mn),
-						     ca->rank, now_us, window_us),
-				   in_reduction, now_us,
-				   READ_ONCE(mn->params.max_hold_ms), floor);
-	switch (change) {
-	case MERCURY_HOLD_UNCHANGED:
-		return;
-	case MERCURY_HOLD_ENTERED:
-		ca->flags |= MERCURY_F_HELD;
-		ca->holds++;
-		mercury_count(mn, MERCURY_CNT_HOLDS);
-		break;
-	case MERCURY_HOLD_KEPT:
-		break;
-	case MERCURY_HOLD_RELEASED:
-	case MERCURY_HOLD_GRANTED:
-		ca->flags &= ~MERCURY_F_HELD;
-		mercury_count(mn, change == MERCURY_HOLD_GRANTED ?
-				  MERCURY_CNT_STARVE_GRANTS : MERCURY_CNT_RELEASES);
-		break;
-	}
-	mercury_store(tp, ca, &w);
-	if (READ_ONCE(mn->params.debug) && change != MERCURY_HOLD_KEPT)
-		net_info_ratelimited("tcp_mercury: %pI4:%u rank %u %s cwnd %u\n",
-				     &sk->sk_daddr, ntohs(sk->sk_dport), ca->rank,
-				     change == MERCURY_HOLD_ENTERED ? "held" : "released",
-				     w.cwnd);
+	mercury_on_release(sk, inet_csk_ca(sk));
 }
 
 static void mercury_pkts_acked(struct sock *sk, const struct ack_sample *sample)
 {
-	struct mercury_sock *ca = mercury_ca(sk);
-	struct mercury_net *mn = mercury_net_of(sk);
-	struct tcp_sock *tp = tcp_sk(sk);
-	u64 now_us = tp->tcp_mstamp;
-	/* About an RTT: how long activity counts, for every rule below. */
-	u32 window_us = mercury_hold_window_us(tp->srtt_us >> 3);
-	struct mercury_window w;
-	bool delayed;
-
-	mercury_refresh_prio(sk, ca, mn);
-	/* Before this ACK's PRR step, which runs after us (see cc_core.h). */
-	mercury_load(tp, ca, &w);
-	if (mercury_repair_ssthresh(&w, tcp_in_cwnd_reduction(sk), ca->weight)) {
-		mercury_store(tp, ca, &w);
-		mercury_count(mn, MERCURY_CNT_CWND_FIXUPS);
-	}
-	/* Delay seen while holding others is their queue draining. */
-	if (sample->rtt_us > 0 &&
-	    mercury_slow_start_done(&ca->ss, tcp_snd_cwnd(tp), tp->snd_ssthresh,
-				    sample->rtt_us, tcp_min_rtt(tp), tp->snd_una,
-				    tp->snd_nxt) &&
-	    !mercury_preempting(mercury_job_stamps(ca, mn), ca->rank, now_us,
-				window_us))
-		tp->snd_ssthresh = tcp_snd_cwnd(tp);
-	if (ca->rank >= MERCURY_NUM_RANKS) {
-		if (ca->flags & MERCURY_F_HELD)	/* lost its rank while held */
-			mercury_update_hold(sk, ca, mn, now_us, window_us);
-		return;
-	}
-	if (mercury_has_data(sk))
-		mercury_mark_active(sk, ca, mn, now_us);
-	mercury_update_hold(sk, ca, mn, now_us, window_us);
-	mercury_update_share(sk, ca, mn, now_us, window_us);
-	mercury_follow_job_cut(sk, ca, mn, now_us, window_us);
-
-	if ((ca->flags & MERCURY_F_HELD) || sample->rtt_us <= 0)
-		return;
-	delayed = mercury_should_yield(ca->rank, sample->rtt_us, tcp_min_rtt(tp),
-				       READ_ONCE(mn->params.delay_thresh_us));
-	/* Another job sending from this host: the queue is theirs too. */
-	if (delayed && ca->job != MERCURY_JOB_NONE &&
-	    mercury_other_job_active(mn->job_active_us, ca->job, now_us,
-				     window_us))
-		delayed = false;
-	/* At most once an RTT, like TCP-LP. */
-	if (delayed && mercury_backed_off_within_rtt(ca->last_backoff_us, now_us,
-						     tp->srtt_us >> 3))
-		return;
-	/* The queue may be another job's: a job's flow yields for a while only. */
-	if (ca->job != MERCURY_JOB_NONE &&
-	    !mercury_yield_allowed(&ca->yield_since_us, delayed, now_us,
-				   READ_ONCE(mn->params.max_hold_ms))) {
-		if (delayed) {
-			ca->last_backoff_us = (u32)now_us;
-			mercury_count(mn, MERCURY_CNT_YIELD_GRANTS);
-		}
-		return;
-	}
-	if (!delayed)
-		return;
-	ca->last_backoff_us = (u32)now_us;
-	mercury_load(tp, ca, &w);
-	mercury_yield(&w, READ_ONCE(mn->params.cwnd_floor));
-	mercury_store(tp, ca, &w);
-	mercury_count(mn, MERCURY_CNT_DELAY_BACKOFFS);
+	mercury_on_acked(sk, mercury_ca(sk), sample->rtt_us);
 }
 
 static void mercury_cong_avoid(struct sock *sk, u32 ack, u32 acked)
 {
-	struct mercury_sock *ca = mercury_ca(sk);
-	struct tcp_sock *tp = tcp_sk(sk);
-	struct mercury_window w;
-
-	if (!tcp_is_cwnd_limited(sk) || (ca->flags & MERCURY_F_HELD))
-		return;
-	mercury_load(tp, ca, &w);
-	if (mercury_sanitize(&w, tp->snd_cwnd_clamp))
-		mercury_count(mercury_net_of(sk), MERCURY_CNT_CWND_FIXUPS);
-	mercury_increase(&w, acked, ca->weight, ca->flows, tp->snd_cwnd_clamp);
-	mercury_store(tp, ca, &w);
+	mercury_on_cong_avoid(sk, mercury_ca(sk), acked);
 }
 
 static u32 mercury_ssthresh(struct sock *sk)
 {
-	struct mercury_sock *ca = mercury_ca(sk);
-	struct mercury_net *mn = mercury_net_of(sk);
-	struct tcp_sock *tp = tcp_sk(sk);
-
-	mercury_count(mn, MERCURY_CNT_LOSS_EVENTS);
-	/* The job's other flows back off with this one (cc_core.h). */
-	if (ca->job != MERCURY_JOB_NONE && ca->rank < MERCURY_NUM_RANKS &&
-	    !(ca->flags & MERCURY_F_HELD)) {
-		WRITE_ONCE(mn->census[ca->job].cut_us, tp->tcp_mstamp);
-		ca->cut_seen = (u32)tp->tcp_mstamp;
-		ca->last_backoff_us = (u32)tp->tcp_mstamp;
-	}
-	return mercury_ssthresh_after_loss(tcp_snd_cwnd(tp), ca->weight);
+	return mercury_on_ssthresh(sk, mercury_ca(sk));
 }
 
-/*
- * Runs before icsk_ca_state changes. Recovery entered from CWR calls no
- * ssthresh() (the reduction is under way): counting both lets the tests
- * match the CC's view against the kernel's own recovery count exactly.
- */
 static void mercury_set_state(struct sock *sk, u8 new_state)
 {
-	struct mercury_net *mn;
-
-	if (new_state != TCP_CA_Recovery)
-		return;
-	mn = mercury_net_of(sk);
-	mercury_count(mn, MERCURY_CNT_RECOVERIES);
-	if (inet_csk(sk)->icsk_ca_state == TCP_CA_CWR)
-		mercury_count(mn, MERCURY_CNT_RECOVERIES_FROM_CWR);
+	mercury_on_set_state(sk, new_state);
 }
 
 static u32 mercury_undo_cwnd(struct sock *sk)
 {
-	struct mercury_sock *ca = mercury_ca(sk);
-
-	/* A held flow must not get its pre-loss window back by undo. */
-	if (ca->flags & MERCURY_F_HELD)
-		return tcp_snd_cwnd(tcp_sk(sk));
-	return tcp_reno_undo_cwnd(sk);
+	return mercury_on_undo_cwnd(sk, mercury_ca(sk));
 }
 
 static void mercury_cwnd_event(struct sock *sk, enum tcp_ca_event ev)
 {
-	struct mercury_sock *ca;
-	struct mercury_net *mn;
-
-	if (ev != CA_EVENT_TX_START)
-		return;
-	/* Data after idle: claim precedence now, not one ACK later. */
-	ca = mercury_ca(sk);
-	mn = mercury_net_of(sk);
-	mercury_refresh_prio(sk, ca, mn);
-	mercury_mark_active(sk, ca, mn, tcp_clock_us());
+	if (ev == CA_EVENT_TX_START)
+		mercury_on_tx_start(sk, mercury_ca(sk));
 }
 
 static size_t mercury_get_info(struct sock *sk, u32 ext, int *attr,

@@ -13,7 +13,7 @@ install(FILES ${CMAKE_BINARY_DIR}/dkms/dkms.conf DESTINATION src/mercury-${PROJE
         COMPONENT dkms EXCLUDE_FROM_ALL)
 install(FILES kmod/Kbuild kmod/tcp_mercury.h kmod/mercury_cc.c kmod/mercury_table.c kmod/mercury_netlink.c
         DESTINATION src/mercury-${PROJECT_VERSION}/kmod COMPONENT dkms EXCLUDE_FROM_ALL)
-install(FILES include/mercury/uapi.h include/mercury/cc_core.h
+install(FILES include/mercury/uapi.h include/mercury/cc_core.h include/mercury/cc_hooks.h
         DESTINATION src/mercury-${PROJECT_VERSION}/include/mercury COMPONENT dkms EXCLUDE_FROM_ALL)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/deb/dkms.postinst.in ${CMAKE_BINARY_DIR}/deb/dkms/postinst @ONLY)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/deb/dkms.prerm.in ${CMAKE_BINARY_DIR}/deb/dkms/prerm @ONLY)

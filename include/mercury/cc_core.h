@@ -61,6 +61,11 @@ static inline __u32 mercury_mod64(__u64 a, __u32 b)
 
 #include "uapi.h"
 
+/* struct mercury_sock's flags, in both datapaths. */
+#define MERCURY_F_INIT		0x01	/* init() ran (or we did it lazily) */
+#define MERCURY_F_HELD		0x02	/* cwnd clamped to the floor */
+#define MERCURY_F_FOUND		0x04	/* priority came from an entry */
+
 /* A job's flows sending from one host; more count as this many. */
 #define MERCURY_JOB_MAX_FLOWS	16
 

@@ -3,10 +3,11 @@
  * TCP Mercury as an eBPF struct_ops congestion control.
  *
  * The same algorithm as tcp_mercury.ko (see kmod/mercury_cc.c for the
- * model), for kernels that refuse out-of-tree modules. The arithmetic is
- * include/mercury/cc_core.h, compiled unchanged; this file is only the glue
- * to struct tcp_sock and to the maps of include/mercury/bpf_maps.h, which
- * mercuryd loads, pins and fills.
+ * model), for kernels that refuse out-of-tree modules. The hooks are
+ * include/mercury/cc_hooks.h and their arithmetic include/mercury/cc_core.h,
+ * compiled unchanged; this file is only the glue to struct tcp_sock and to
+ * the maps of include/mercury/bpf_maps.h, which mercuryd loads, pins and
+ * fills.
  *
  * Differences from the module, all forced by what BPF may do:
  *  - the tables are global maps keyed by netns cookie, not per-netns kernel
@@ -31,10 +32,6 @@ char _license[] SEC("license") = "GPL";
 
 /* include/net/tcp.h: any user may select it (see kmod/mercury_cc.c). */
 #define TCP_CONG_NON_RESTRICTED	0x1
-
-#define MERCURY_F_INIT		0x01
-#define MERCURY_F_HELD		0x02
-#define MERCURY_F_FOUND		0x04
 
 /* Look the priority up again at least this often, even without a table
  * change: user space bumps gen with a read-modify-write that can race. */
@@ -163,12 +160,7 @@ static __always_inline void mercury_count(struct mercury_bpf_state *st,
 		__sync_fetch_and_add(&st->counters[c], 1);
 }
 
-static __always_inline __u32 tcp_min_rtt(const struct tcp_sock *tp)
-{
-	return tp->rtt_min.s[0].v;
-}
-
-static __always_inline int tcp_is_cwnd_limited(const struct sock *sk)
+static __always_inline int mercury_cwnd_limited(const struct sock *sk)
 {
 	const struct tcp_sock *tp = tcp_sk(sk);
 
@@ -178,7 +170,7 @@ static __always_inline int tcp_is_cwnd_limited(const struct sock *sk)
 }
 
 /* tcp_in_cwnd_reduction(): the kernel drives cwnd toward ssthresh (PRR). */
-static __always_inline int mercury_in_cwnd_reduction(const struct sock *sk)
+static __always_inline int mercury_in_reduction(const struct sock *sk)
 {
 	const struct inet_connection_sock *icsk = (const void *)sk;
 	__u8 state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state);
@@ -262,7 +254,7 @@ static __always_inline void mercury_publish(struct sock *sk,
 	pub->holds = ca->holds;
 }
 
-static __always_inline void mercury_refresh_prio(struct sock *sk,
+static __always_inline void mercury_resolve_prio(struct sock *sk,
 						 struct mercury_sock *ca,
 						 __u64 netns,
 						 const struct mercury_bpf_config *cfg)
@@ -305,52 +297,58 @@ static __always_inline void mercury_refresh_prio(struct sock *sk,
 	mercury_publish(sk, ca);
 }
 
-static __always_inline void mercury_do_init(struct sock *sk)
-{
-	struct mercury_sock *ca = mercury_priv(sk);
-	__u64 netns = mercury_netns(sk);
-	const struct mercury_bpf_config *cfg = mercury_config_of(netns);
+/* The glue include/mercury/cc_hooks.h is written against. */
+struct mercury_ctx {
+	__u64 netns;
+	const struct mercury_bpf_config *cfg;
+	struct mercury_bpf_state *st;	/* NULL if mercury_state is full */
+};
 
-	__builtin_memset(ca, 0, sizeof(*ca));
-	ca->flags = MERCURY_F_INIT;
-	ca->table_gen = cfg->gen - 1;	/* force a lookup */
-	mercury_refresh_prio(sk, ca, netns, cfg);
-	mercury_count(mercury_state_of(netns), MERCURY_BPF_CNT_FLOWS_INIT);
+#define MERCURY_HOOK		static __always_inline
+#define MERCURY_COUNT(x, ev)	mercury_count((x)->st, MERCURY_BPF_CNT_##ev)
+#define MERCURY_READ(v)		(v)
+#define MERCURY_WRITE(v, val)	((v) = (val))
+
+static __always_inline void mercury_ctx_of(const struct sock *sk,
+					   struct mercury_ctx *x)
+{
+	x->netns = mercury_netns(sk);
+	x->cfg = mercury_config_of(x->netns);
+	x->st = mercury_state_of(x->netns);
 }
 
-/* Hooks can run before init() (passive open); make state valid first. */
-static __always_inline struct mercury_sock *mercury_ca(struct sock *sk)
+static __always_inline void mercury_ctx_find(const struct sock *sk,
+					     struct mercury_ctx *x)
 {
-	struct mercury_sock *ca = mercury_priv(sk);
-
-	if (!(ca->flags & MERCURY_F_INIT))
-		mercury_do_init(sk);
-	return ca;
+	x->netns = mercury_netns(sk);
+	x->cfg = mercury_config_of(x->netns);
+	x->st = mercury_state_find(x->netns);
 }
 
-static __always_inline void mercury_load(const struct tcp_sock *tp,
-					 const struct mercury_sock *ca,
-					 struct mercury_window *w)
+static __always_inline __u32 mercury_cwnd_floor(const struct mercury_ctx *x)
 {
-	w->cwnd = tp->snd_cwnd;
-	w->ssthresh = tp->snd_ssthresh;
-	w->cnt = ca->cnt;
+	return x->cfg->cwnd_floor;
 }
 
-static __always_inline void mercury_store(struct tcp_sock *tp,
-					  struct mercury_sock *ca,
-					  const struct mercury_window *w)
+static __always_inline __u32 mercury_max_hold_ms(const struct mercury_ctx *x)
 {
-	tp->snd_cwnd = w->cwnd;
-	tp->snd_ssthresh = w->ssthresh;
-	ca->cnt = w->cnt;
+	return x->cfg->max_hold_ms;
 }
 
-/* When each rank of this flow's job last had data out: its precedence. */
-static __always_inline __u64 *mercury_job_stamps(const struct mercury_sock *ca,
-						 struct mercury_bpf_state *st)
+static __always_inline __u32 mercury_delay_thresh_us(const struct mercury_ctx *x)
 {
-	__u32 job = ca->job;
+	return x->cfg->delay_thresh_us;
+}
+
+static __always_inline __u32 mercury_table_gen(const struct mercury_ctx *x)
+{
+	return x->cfg->gen;
+}
+
+/* When each rank of the job last had data out: its precedence. */
+static __always_inline __u64 *mercury_stamps(struct mercury_ctx *x, __u32 job)
+{
+	struct mercury_bpf_state *st = x->st;
 
 	/* Checked again here, where the verifier can see it. */
 	if (!st || job >= MERCURY_NUM_JOBS)
@@ -361,282 +359,128 @@ static __always_inline __u64 *mercury_job_stamps(const struct mercury_sock *ca,
 	return st->last_active_us[job];
 }
 
-static __always_inline void mercury_mark_active(struct mercury_sock *ca,
-						struct mercury_bpf_state *st,
-						__u64 now_us)
+static __always_inline __u64 *mercury_job_active(struct mercury_ctx *x)
 {
-	__u64 *stamps = mercury_job_stamps(ca, st);
-	__u32 rank = ca->rank, job = ca->job;
+	struct mercury_bpf_state *st = x->st;
 
-	if (!stamps || rank >= MERCURY_NUM_RANKS || job >= MERCURY_NUM_JOBS)
-		return;
-	/* Shared by all flows of the rank: write rarely. */
-	if (now_us - stamps[rank] >= 100) {
-		stamps[rank] = now_us;
-		st->job_active_us[job] = now_us;
-	}
+	if (!st)
+		return NULL;
+	barrier_var(st);	/* see mercury_stamps() */
+	return st->job_active_us;
 }
 
-static __always_inline void mercury_update_hold(struct sock *sk,
-						struct mercury_sock *ca,
-						const struct mercury_bpf_config *cfg,
-						struct mercury_bpf_state *st,
-						__u64 now_us, __u32 window_us)
+static __always_inline struct mercury_job_census *
+mercury_census(struct mercury_ctx *x, __u32 job)
 {
-	struct tcp_sock *tp = tcp_sk(sk);
-	int held = !!(ca->flags & MERCURY_F_HELD);
-	int in_reduction = mercury_in_cwnd_reduction(sk);
-	const __u64 *stamps = mercury_job_stamps(ca, st);
-	enum mercury_hold_change change;
-	struct mercury_window w;
+	struct mercury_bpf_state *st = x->st;
 
-	mercury_load(tp, ca, &w);
-	if (mercury_hold_leaked(&w, held, in_reduction, cfg->cwnd_floor))
-		mercury_count(st, MERCURY_BPF_CNT_HOLD_LEAKS);
-	else if (held && in_reduction)
-		mercury_count(st, MERCURY_BPF_CNT_HELD_IN_RECOVERY);
-	change = mercury_hold_step(&w, &ca->hold, held,
-				   stamps && mercury_preempted(stamps, ca->rank,
-							       now_us, window_us),
-				   in_reduction, now_us,
-				   cfg->max_hold_ms, cfg->cwnd_floor);
-	switch (change) {
-	case MERCURY_HOLD_UNCHANGED:
-		return;
-	case MERCURY_HOLD_ENTERED:
-		ca->flags |= MERCURY_F_HELD;
-		ca->holds++;
-		mercury_count(st, MERCURY_BPF_CNT_HOLDS);
-		break;
-	case MERCURY_HOLD_KEPT:
-		break;
-	case MERCURY_HOLD_RELEASED:
-	case MERCURY_HOLD_GRANTED:
-		ca->flags &= ~MERCURY_F_HELD;
-		mercury_count(st, change == MERCURY_HOLD_GRANTED ?
-				  MERCURY_BPF_CNT_STARVE_GRANTS :
-				  MERCURY_BPF_CNT_RELEASES);
-		break;
-	}
-	mercury_store(tp, ca, &w);
-	if (change != MERCURY_HOLD_KEPT)
-		mercury_publish(sk, ca);
+	if (!st || job >= MERCURY_NUM_JOBS)
+		return NULL;
+	barrier_var(st);	/* see mercury_stamps() */
+	return &st->census[job];
 }
 
-/* A job's flows here share its weight: shares go per job, not per flow. */
-static __always_inline void mercury_update_share(struct sock *sk,
+static __always_inline __u32 mercury_snd_cwnd(const struct tcp_sock *tp)
+{
+	return tp->snd_cwnd;
+}
+
+static __always_inline void mercury_set_snd_cwnd(struct tcp_sock *tp, __u32 cwnd)
+{
+	tp->snd_cwnd = cwnd;
+}
+
+static __always_inline __u32 mercury_min_rtt(const struct tcp_sock *tp)
+{
+	return tp->rtt_min.s[0].v;
+}
+
+static __always_inline __u8 mercury_ca_state(const struct sock *sk)
+{
+	const struct inet_connection_sock *icsk = (const void *)sk;
+
+	return BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state);
+}
+
+static __always_inline __u64 mercury_clock_us(void)
+{
+	return bpf_ktime_get_ns() / 1000;
+}
+
+/* tcp_reno_undo_cwnd() */
+static __always_inline __u32 mercury_reno_undo_cwnd(struct sock *sk)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+
+	return tp->snd_cwnd > tp->prior_cwnd ? tp->snd_cwnd : tp->prior_cwnd;
+}
+
+static __always_inline void mercury_refresh_prio(struct sock *sk,
 						 struct mercury_sock *ca,
-						 struct mercury_bpf_state *st,
-						 __u64 now_us, __u32 window_us)
+						 struct mercury_ctx *x)
 {
-	__u32 job = ca->job;
-
-	if (!st || job == MERCURY_JOB_NONE || job >= MERCURY_NUM_JOBS ||
-	    (ca->flags & MERCURY_F_HELD) || !mercury_has_data(sk)) {
-		ca->flows = 1;
-		return;
-	}
-	barrier_var(st);	/* see mercury_job_stamps() */
-	ca->flows = mercury_job_census_count(&st->census[job], &ca->census_seen,
-					     now_us, window_us);
+	mercury_resolve_prio(sk, ca, x->netns, x->cfg);
 }
 
-/* Another flow of the job backed off on a loss: back off with it. */
-static __always_inline void mercury_follow_job_cut(struct sock *sk,
-						   struct mercury_sock *ca,
-						   struct mercury_bpf_state *st,
-						   __u64 now_us, __u32 window_us)
+/* BPF CCs cannot implement get_info: publish the new state instead. */
+static __always_inline void mercury_changed(struct sock *sk,
+					    const struct mercury_sock *ca,
+					    enum mercury_hold_change change,
+					    __u32 cwnd)
 {
-	struct tcp_sock *tp = tcp_sk(sk);
-	__u32 job = ca->job;
-	struct mercury_window w;
-
-	if (!st || job == MERCURY_JOB_NONE || job >= MERCURY_NUM_JOBS ||
-	    (ca->flags & MERCURY_F_HELD) || mercury_in_cwnd_reduction(sk))
-		return;
-	barrier_var(st);	/* see mercury_job_stamps() */
-	if (!mercury_job_cut_due(&st->census[job], &ca->cut_seen,
-				 &ca->last_backoff_us, now_us, window_us,
-				 tp->srtt_us >> 3))
-		return;
-	mercury_load(tp, ca, &w);
-	mercury_job_cut(&w, ca->weight);
-	mercury_store(tp, ca, &w);
-	mercury_count(st, MERCURY_BPF_CNT_JOB_CUTS);
+	mercury_publish(sk, ca);
 }
+
+#include <mercury/cc_hooks.h>
 
 SEC("struct_ops/mercury_init")
 void BPF_PROG(mercury_init, struct sock *sk)
 {
-	/* A lazy init from an early ACK hook may have run already. */
-	if (!(mercury_priv(sk)->flags & MERCURY_F_INIT))
-		mercury_do_init(sk);
+	mercury_on_init(sk);
 }
 
 SEC("struct_ops/mercury_release")
 void BPF_PROG(mercury_release, struct sock *sk)
 {
-	/* release() also runs on sockets whose init() never did. It never
-	 * creates state: that of a netns being torn down would linger. */
-	if (mercury_priv(sk)->flags & MERCURY_F_INIT)
-		mercury_count(mercury_state_find(mercury_netns(sk)),
-			      MERCURY_BPF_CNT_FLOWS_RELEASED);
+	mercury_on_release(sk, mercury_priv(sk));
 }
 
 SEC("struct_ops/mercury_pkts_acked")
 void BPF_PROG(mercury_pkts_acked, struct sock *sk,
 	      const struct ack_sample *sample)
 {
-	struct mercury_sock *ca = mercury_ca(sk);
-	struct tcp_sock *tp = tcp_sk(sk);
-	__u64 netns = mercury_netns(sk);
-	const struct mercury_bpf_config *cfg = mercury_config_of(netns);
-	struct mercury_bpf_state *st = mercury_state_of(netns);
-	__u64 now_us = tp->tcp_mstamp;
-	__u32 window_us = mercury_hold_window_us(tp->srtt_us >> 3);
-	__s32 rtt_us = sample->rtt_us;
-	const __u64 *stamps;
-	struct mercury_window w;
-	int delayed;
-
-	mercury_refresh_prio(sk, ca, netns, cfg);
-	stamps = mercury_job_stamps(ca, st);
-	/* Before this ACK's PRR step, which runs after us. */
-	mercury_load(tp, ca, &w);
-	if (mercury_repair_ssthresh(&w, mercury_in_cwnd_reduction(sk), ca->weight)) {
-		mercury_store(tp, ca, &w);
-		mercury_count(st, MERCURY_BPF_CNT_CWND_FIXUPS);
-	}
-	/* Delay seen while holding others is their queue draining. */
-	if (rtt_us > 0 &&
-	    mercury_slow_start_done(&ca->ss, tp->snd_cwnd, tp->snd_ssthresh,
-				    rtt_us, tcp_min_rtt(tp), tp->snd_una,
-				    tp->snd_nxt) &&
-	    !(stamps && mercury_preempting(stamps, ca->rank, now_us,
-					   window_us)))
-		tp->snd_ssthresh = tp->snd_cwnd;
-	if (ca->rank >= MERCURY_NUM_RANKS) {
-		if (ca->flags & MERCURY_F_HELD)	/* lost its rank while held */
-			mercury_update_hold(sk, ca, cfg, st, now_us, window_us);
-		return;
-	}
-	if (mercury_has_data(sk))
-		mercury_mark_active(ca, st, now_us);
-	mercury_update_hold(sk, ca, cfg, st, now_us, window_us);
-	mercury_update_share(sk, ca, st, now_us, window_us);
-	mercury_follow_job_cut(sk, ca, st, now_us, window_us);
-
-	if ((ca->flags & MERCURY_F_HELD) || rtt_us <= 0)
-		return;
-	delayed = mercury_should_yield(ca->rank, rtt_us, tcp_min_rtt(tp),
-				       cfg->delay_thresh_us);
-	/* Another job sending from this host: the queue is theirs too. */
-	if (delayed && ca->job != MERCURY_JOB_NONE && st &&
-	    mercury_other_job_active(st->job_active_us, ca->job, now_us,
-				     window_us))
-		delayed = 0;
-	/* At most once an RTT, like TCP-LP. */
-	if (delayed && mercury_backed_off_within_rtt(ca->last_backoff_us, now_us,
-						     tp->srtt_us >> 3))
-		return;
-	/* The queue may be another job's: a job's flow yields for a while only. */
-	if (ca->job != MERCURY_JOB_NONE &&
-	    !mercury_yield_allowed(&ca->yield_since_us, delayed, now_us,
-				   cfg->max_hold_ms)) {
-		if (delayed) {
-			ca->last_backoff_us = (__u32)now_us;
-			mercury_count(st, MERCURY_BPF_CNT_YIELD_GRANTS);
-		}
-		return;
-	}
-	if (!delayed)
-		return;
-	ca->last_backoff_us = (__u32)now_us;
-	mercury_load(tp, ca, &w);
-	mercury_yield(&w, cfg->cwnd_floor);
-	mercury_store(tp, ca, &w);
-	mercury_count(st, MERCURY_BPF_CNT_DELAY_BACKOFFS);
+	mercury_on_acked(sk, mercury_ca(sk), sample->rtt_us);
 }
 
 SEC("struct_ops/mercury_cong_avoid")
 void BPF_PROG(mercury_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
-	struct mercury_sock *ca = mercury_ca(sk);
-	struct tcp_sock *tp = tcp_sk(sk);
-	struct mercury_window w;
-
-	if (!tcp_is_cwnd_limited(sk) || (ca->flags & MERCURY_F_HELD))
-		return;
-	mercury_load(tp, ca, &w);
-	if (mercury_sanitize(&w, tp->snd_cwnd_clamp))
-		mercury_count(mercury_state_of(mercury_netns(sk)),
-			      MERCURY_BPF_CNT_CWND_FIXUPS);
-	mercury_increase(&w, acked, ca->weight, ca->flows, tp->snd_cwnd_clamp);
-	mercury_store(tp, ca, &w);
+	mercury_on_cong_avoid(sk, mercury_ca(sk), acked);
 }
 
 SEC("struct_ops/mercury_ssthresh")
 __u32 BPF_PROG(mercury_ssthresh, struct sock *sk)
 {
-	struct mercury_sock *ca = mercury_ca(sk);
-	const struct tcp_sock *tp = tcp_sk(sk);
-	struct mercury_bpf_state *st = mercury_state_of(mercury_netns(sk));
-	__u32 job = ca->job;
-
-	mercury_count(st, MERCURY_BPF_CNT_LOSS_EVENTS);
-	/* The job's other flows back off with this one (cc_core.h). */
-	if (st && job != MERCURY_JOB_NONE && job < MERCURY_NUM_JOBS &&
-	    ca->rank < MERCURY_NUM_RANKS && !(ca->flags & MERCURY_F_HELD)) {
-		barrier_var(st);	/* see mercury_job_stamps() */
-		st->census[job].cut_us = tp->tcp_mstamp;
-		ca->cut_seen = (__u32)tp->tcp_mstamp;
-		ca->last_backoff_us = (__u32)tp->tcp_mstamp;
-	}
-	return mercury_ssthresh_after_loss(tp->snd_cwnd, ca->weight);
+	return mercury_on_ssthresh(sk, mercury_ca(sk));
 }
 
-/* Before icsk_ca_state changes; see mercury_set_state() in mercury_cc.c. */
 SEC("struct_ops/mercury_set_state")
 void BPF_PROG(mercury_set_state, struct sock *sk, __u8 new_state)
 {
-	const struct inet_connection_sock *icsk = (const void *)sk;
-	struct mercury_bpf_state *st;
-
-	if (new_state != TCP_CA_Recovery)
-		return;
-	st = mercury_state_of(mercury_netns(sk));
-	mercury_count(st, MERCURY_BPF_CNT_RECOVERIES);
-	if (BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state) == TCP_CA_CWR)
-		mercury_count(st, MERCURY_BPF_CNT_RECOVERIES_FROM_CWR);
+	mercury_on_set_state(sk, new_state);
 }
 
 SEC("struct_ops/mercury_undo_cwnd")
 __u32 BPF_PROG(mercury_undo_cwnd, struct sock *sk)
 {
-	struct mercury_sock *ca = mercury_ca(sk);
-	const struct tcp_sock *tp = tcp_sk(sk);
-
-	/* A held flow must not get its pre-loss window back by undo. */
-	if (ca->flags & MERCURY_F_HELD)
-		return tp->snd_cwnd;
-	/* tcp_reno_undo_cwnd() */
-	return tp->snd_cwnd > tp->prior_cwnd ? tp->snd_cwnd : tp->prior_cwnd;
+	return mercury_on_undo_cwnd(sk, mercury_ca(sk));
 }
 
 SEC("struct_ops/mercury_cwnd_event")
 void BPF_PROG(mercury_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 {
-	struct mercury_sock *ca;
-	__u64 netns;
-
-	if (ev != CA_EVENT_TX_START)
-		return;
-	/* Data after idle: claim precedence now, not one ACK later. */
-	ca = mercury_ca(sk);
-	netns = mercury_netns(sk);
-	mercury_refresh_prio(sk, ca, netns, mercury_config_of(netns));
-	mercury_mark_active(ca, mercury_state_of(netns),
-			    bpf_ktime_get_ns() / 1000);
+	if (ev == CA_EVENT_TX_START)
+		mercury_on_tx_start(sk, mercury_ca(sk));
 }
 
 SEC(".struct_ops")

@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: GPL-2.0
+// The datapaths' hooks (include/mercury/cc_hooks.h), whole, in user space:
+// a third glue over plain structs stands in for struct tcp_sock and the
+// per-netns state, so a per-ACK step runs through the same code as in
+// tcp_mercury.ko and the BPF program.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstring>
+
+extern "C" {
+#include "mercury/cc_core.h"
+}
+
+namespace {
+
+enum { TCP_CA_Open = 0, TCP_CA_Disorder = 1, TCP_CA_CWR = 2, TCP_CA_Recovery = 3, TCP_CA_Loss = 4 };
+
+enum Event {
+    FLOWS_INIT, FLOWS_RELEASED, HOLDS, RELEASES, STARVE_GRANTS, DELAY_BACKOFFS, LOSS_EVENTS, CWND_FIXUPS,
+    HELD_IN_RECOVERY, HOLD_LEAKS, YIELD_GRANTS, JOB_CUTS, RECOVERIES, RECOVERIES_FROM_CWR, EVENTS
+};
+
+struct mercury_sock {
+    mercury_ss_round ss;
+    __u32 table_gen, tag;
+    mercury_hold_state hold;
+    __u64 yield_since_us;
+    __u32 cnt, last_backoff_us, holds, census_seen, cut_seen;
+    __u16 weight;
+    __u8 flows, rank, job, flags;
+};
+
+struct tcp_sock {
+    __u32 snd_cwnd = 10, snd_ssthresh = 0x7fffffff, snd_cwnd_clamp = 10000;
+    __u32 srtt_us = 1000 << 3, snd_una = 0, snd_nxt = 0, prior_cwnd = 10, min_rtt_us = 1000;
+    __u64 tcp_mstamp = 0;
+};
+
+struct Netns {
+    __u32 gen = 1, cwnd_floor = 2, max_hold_ms = 1000, delay_thresh_us = 1000;
+    std::array<std::array<__u64, MERCURY_NUM_RANKS>, MERCURY_NUM_JOBS> last_active_us{};
+    std::array<__u64, MERCURY_NUM_JOBS> job_active_us{};
+    std::array<mercury_job_census, MERCURY_NUM_JOBS> census{};
+    std::array<__u64, EVENTS> counters{};
+};
+
+struct sock {
+    tcp_sock tp;
+    mercury_sock ca{};
+    Netns* ns = nullptr;
+    __u8 rank = MERCURY_RANK_NONE, ca_state = TCP_CA_Open;
+    bool has_data = true, cwnd_limited = true;
+};
+
+struct mercury_ctx {
+    Netns* ns;
+};
+
+tcp_sock* tcp_sk(sock* sk) { return &sk->tp; }
+mercury_sock* mercury_priv(sock* sk) { return &sk->ca; }
+void mercury_ctx_of(const sock* sk, mercury_ctx* x) { x->ns = sk->ns; }
+void mercury_ctx_find(const sock* sk, mercury_ctx* x) { x->ns = sk->ns; }
+__u32 mercury_cwnd_floor(const mercury_ctx* x) { return x->ns->cwnd_floor; }
+__u32 mercury_max_hold_ms(const mercury_ctx* x) { return x->ns->max_hold_ms; }
+__u32 mercury_delay_thresh_us(const mercury_ctx* x) { return x->ns->delay_thresh_us; }
+__u32 mercury_table_gen(const mercury_ctx* x) { return x->ns->gen; }
+__u64* mercury_stamps(mercury_ctx* x, __u32 job)
+{
+    return job < MERCURY_NUM_JOBS ? x->ns->last_active_us[job].data() : nullptr;
+}
+__u64* mercury_job_active(mercury_ctx* x) { return x->ns->job_active_us.data(); }
+mercury_job_census* mercury_census(mercury_ctx* x, __u32 job)
+{
+    return job < MERCURY_NUM_JOBS ? &x->ns->census[job] : nullptr;
+}
+// The table says: the rank the test gave the socket, one unit of weight, no job.
+void mercury_refresh_prio(sock* sk, mercury_sock* ca, mercury_ctx* x)
+{
+    ca->table_gen = x->ns->gen;
+    ca->rank = sk->rank;
+    ca->weight = MERCURY_WEIGHT_UNIT;
+    ca->job = MERCURY_JOB_NONE;
+}
+int changes = 0;
+void mercury_changed(sock*, const mercury_sock*, mercury_hold_change, __u32) { ++changes; }
+__u32 mercury_snd_cwnd(const tcp_sock* tp) { return tp->snd_cwnd; }
+void mercury_set_snd_cwnd(tcp_sock* tp, __u32 cwnd) { tp->snd_cwnd = cwnd; }
+__u32 mercury_min_rtt(const tcp_sock* tp) { return tp->min_rtt_us; }
+int mercury_in_reduction(const sock* sk) { return sk->ca_state == TCP_CA_CWR || sk->ca_state == TCP_CA_Recovery; }
+int mercury_has_data(const sock* sk) { return sk->has_data; }
+int mercury_cwnd_limited(const sock* sk) { return sk->cwnd_limited; }
+__u8 mercury_ca_state(const sock* sk) { return sk->ca_state; }
+__u64 now_us = 1'000'000;
+__u64 mercury_clock_us() { return now_us; }
+__u32 mercury_reno_undo_cwnd(sock* sk) { return std::max(sk->tp.snd_cwnd, sk->tp.prior_cwnd); }
+
+#define MERCURY_HOOK static inline
+#define MERCURY_COUNT(x, ev) (++(x)->ns->counters[ev])
+#define MERCURY_READ(v) (v)
+#define MERCURY_WRITE(v, val) ((v) = (val))
+
+#include "mercury/cc_hooks.h"
+
+// One ACK at now_us for sk, with RTT rtt_us.
+void ack(sock& s, __s32 rtt_us)
+{
+    s.tp.tcp_mstamp = now_us;
+    mercury_on_acked(&s, mercury_ca(&s), rtt_us);
+}
+
+}  // namespace
+
+TEST_CASE("hooks: a less urgent flow is held while a more urgent one sends, then released", "[hooks]")
+{
+    Netns ns;
+    sock urgent, bulk;
+    urgent.ns = bulk.ns = &ns;
+    urgent.rank = 0;
+    bulk.rank = 3;
+    bulk.tp.snd_cwnd = 100;
+    mercury_on_init(&urgent);
+    mercury_on_init(&bulk);
+    CHECK(ns.counters[FLOWS_INIT] == 2);
+
+    ack(urgent, 1000);   // rank 0 has data out: its stamp is now
+    ack(bulk, 1000);
+    CHECK((bulk.ca.flags & MERCURY_F_HELD));
+    CHECK(bulk.tp.snd_cwnd == ns.cwnd_floor);
+    CHECK(ns.counters[HOLDS] == 1);
+    const int held_changes = changes;
+
+    // A held flow does not grow.
+    mercury_on_cong_avoid(&bulk, mercury_ca(&bulk), 10);
+    CHECK(bulk.tp.snd_cwnd == ns.cwnd_floor);
+
+    // The urgent rank goes quiet for longer than the hold window: released.
+    urgent.has_data = false;
+    now_us += 10 * mercury_hold_window_us(bulk.tp.srtt_us >> 3);
+    ack(bulk, 1000);
+    CHECK(!(bulk.ca.flags & MERCURY_F_HELD));
+    CHECK(ns.counters[RELEASES] == 1);
+    CHECK(bulk.tp.snd_cwnd > ns.cwnd_floor);   // its window back
+    CHECK(changes == held_changes + 1);
+
+    mercury_on_release(&bulk, &bulk.ca);
+    CHECK(ns.counters[FLOWS_RELEASED] == 1);
+}
+
+TEST_CASE("hooks: a ranked flow yields to queueing delay at most once an RTT", "[hooks]")
+{
+    Netns ns;
+    sock s;
+    s.ns = &ns;
+    s.rank = 4;
+    s.tp.snd_cwnd = 50;
+    s.tp.snd_ssthresh = 20;   // out of slow start
+    mercury_on_init(&s);
+    ack(s, 1000 + 5000);      // 5 ms over the base RTT: above every rank's threshold
+    CHECK(ns.counters[DELAY_BACKOFFS] == 1);
+    const __u32 after = s.tp.snd_cwnd;
+    CHECK(after < 50);
+    now_us += 100;            // well within the same RTT
+    ack(s, 1000 + 5000);
+    CHECK(ns.counters[DELAY_BACKOFFS] == 1);
+    CHECK(s.tp.snd_cwnd == after);
+    now_us += 10'000;         // several RTTs later
+    ack(s, 1000 + 5000);
+    CHECK(ns.counters[DELAY_BACKOFFS] == 2);
+
+    // Rank 0 never yields.
+    sock urgent;
+    urgent.ns = &ns;
+    urgent.rank = 0;
+    urgent.tp.snd_cwnd = 50;
+    urgent.tp.snd_ssthresh = 20;
+    mercury_on_init(&urgent);
+    ack(urgent, 1000 + 50'000);
+    CHECK(ns.counters[DELAY_BACKOFFS] == 2);
+    CHECK(urgent.tp.snd_cwnd == 50);
+}
+
+TEST_CASE("hooks: loss, recovery and undo follow the shared rules", "[hooks]")
+{
+    Netns ns;
+    sock s;
+    s.ns = &ns;
+    s.rank = 2;
+    s.tp.snd_cwnd = 40;
+    mercury_on_init(&s);
+    const __u32 ssthresh = mercury_on_ssthresh(&s, mercury_ca(&s));
+    CHECK(ns.counters[LOSS_EVENTS] == 1);
+    CHECK(ssthresh == mercury_ssthresh_after_loss(40, MERCURY_WEIGHT_UNIT));
+    s.ca_state = TCP_CA_CWR;
+    mercury_on_set_state(&s, TCP_CA_Recovery);   // from CWR: no ssthresh() call
+    CHECK(ns.counters[RECOVERIES] == 1);
+    CHECK(ns.counters[RECOVERIES_FROM_CWR] == 1);
+    mercury_on_set_state(&s, TCP_CA_Loss);       // only Recovery is counted
+    CHECK(ns.counters[RECOVERIES] == 1);
+
+    s.tp.prior_cwnd = 80;
+    CHECK(mercury_on_undo_cwnd(&s, mercury_ca(&s)) == 80);
+    s.ca.flags |= MERCURY_F_HELD;                // a held flow keeps its floor
+    CHECK(mercury_on_undo_cwnd(&s, mercury_ca(&s)) == s.tp.snd_cwnd);
+}
+
+TEST_CASE("hooks: an unranked flow is plain Reno growth and is never held", "[hooks]")
+{
+    Netns ns;
+    sock urgent, plain;
+    urgent.ns = plain.ns = &ns;
+    urgent.rank = 0;
+    plain.tp.snd_cwnd = 10;
+    plain.tp.snd_ssthresh = 1000;
+    mercury_on_init(&urgent);
+    mercury_on_init(&plain);
+    ack(urgent, 1000);
+    ack(plain, 1000);
+    CHECK(!(plain.ca.flags & MERCURY_F_HELD));
+    mercury_on_cong_avoid(&plain, mercury_ca(&plain), 5);
+    CHECK(plain.tp.snd_cwnd == 15);   // slow start: +acked
+    plain.cwnd_limited = false;
+    mercury_on_cong_avoid(&plain, mercury_ca(&plain), 5);
+    CHECK(plain.tp.snd_cwnd == 15);   // not cwnd-limited: no growth
+}

@@ -162,3 +162,17 @@ def test_state_dicts_bring_parameters_up_to_date() -> None:
         assert torch.equal(state[k], v)
     assert opt.state_dict()["state"]              # momentum buffers exist: the step ran
     opt.close()
+
+
+def test_a_model_with_nothing_to_train_is_set_up_once() -> None:
+    m = net()
+    for p in m.parameters():
+        p.requires_grad_(False)
+    opt = make(m)
+    before = [p.detach().clone() for p in m.parameters()]
+    for _ in range(2):
+        m(torch.ones(1, 4))
+        opt.step()
+    assert opt._finalized and opt._learning is None and not opt._buckets
+    assert all(torch.equal(a, b) for a, b in zip(before, m.parameters()))
+    opt.close()

@@ -228,6 +228,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._running: List[torch.nn.Module] = []        # hooked modules whose forward is running
         self._first_user: Dict[int, torch.nn.Module] = {}
         self._learning: Optional[_FirstUse] = None
+        self._finalized = False                    # layers and buckets are built
         self._layers: List[torch.nn.Module] = []         # modules that own parameters, forward order
         self._buckets: List[_Bucket] = []
         self._bucket_of_module: Dict[torch.nn.Module, _Bucket] = {}
@@ -315,14 +316,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """After the first training forward: layers, model, buckets, lanes;
         the hooks then see the first backward too."""
         owned = self._layout()
+        self._finalized = True
         self._layers = list(owned)
         names = {m: n for n, m in self.model.named_modules()}
-        self.client.declare_model([(names.get(m, "?") or "model", _nbytes(owned[m])) for m in self._layers])
-        if len(self.lanes) > 1:
-            self.client.subscribe_ranks()
+        if self._layers:   # else nothing is trained here: nothing to rank
+            self.client.declare_model([(names.get(m, "?") or "model", _nbytes(owned[m])) for m in self._layers])
+            if len(self.lanes) > 1:
+                self.client.subscribe_ranks()
         # Until the agent's ranks arrive, spread layers over ranks by index, as it does.
-        n = len(self._layers)
-        self._layer_lane = [rank_lane(i * NUM_RANKS // n, len(self.lanes)) for i in range(n)]
+        n = max(1, len(self._layers))
+        self._layer_lane = [rank_lane(i * NUM_RANKS // n, len(self.lanes)) for i in range(len(self._layers))]
         bucket: Optional[_Bucket] = None
         size = 0
         for layer, m in enumerate(self._layers):
@@ -373,7 +376,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._running.clear()   # a forward that raised leaves its modules here
         self._forward_start = time.perf_counter()
         self._stop_learning()   # likewise
-        if not self._buckets:
+        if not self._finalized:
             self._learning = _FirstUse(self._running, self._first_user)
             self._learning.__enter__()
         if self.broadcast_buffers and self._sync_buffers_next:
@@ -386,7 +389,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._stop_learning()
         # DDP broadcasts buffers before a forward that follows a synchronised training forward.
         self._sync_buffers_next = torch.is_grad_enabled() and self._sync
-        if not self._buckets and torch.is_grad_enabled():
+        if not self._finalized and torch.is_grad_enabled():
             self._finalize_layers()
 
     def _stop_learning(self) -> None:
@@ -396,7 +399,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _pre_forward(self, module: torch.nn.Module, _inputs: object) -> None:
         self._running.append(module)
-        if not self._buckets:
+        if not self._finalized:
             if id(module) not in self._ordered:
                 self._ordered.add(id(module))
                 self._order.append(module)
@@ -610,7 +613,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             raise ValueError("mercury.torch: step(closure) is not supported: the step is applied layer by layer "
                              "in the next forward pass")
-        if not self._buckets:
+        if not self._finalized:
             raise RuntimeError("mercury.torch: step() before any forward pass with gradients")
         settings = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
         now: List[_Bucket] = []

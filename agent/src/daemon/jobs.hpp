@@ -47,7 +47,7 @@ public:
     // Delivers a Ranks message to the session that subscribed to it.
     using RanksNotifier = std::function<void(uint32_t session, const proto::Ranks&)>;
 
-    explicit JobRegistry(KernelSync& kernel) : kernel_(kernel) {}
+    explicit JobRegistry(EntryTable& kernel) : kernel_(kernel) {}
     void set_notifier(RanksNotifier notify) { notify_ = std::move(notify); }
     // Connections one session may register (layers and lanes): ENOSPC beyond.
     void set_max_flows_per_session(size_t n) { max_flows_per_session_ = n; }
@@ -108,7 +108,7 @@ private:
         uint32_t layer = 0;
     };
 
-    KernelSync& kernel_;
+    EntryTable& kernel_;
     RanksNotifier notify_;
     std::map<uint32_t, Job> jobs_;
     std::map<FlowKey, Owner, FlowKeyLess> owners_;

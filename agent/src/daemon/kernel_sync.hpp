@@ -41,18 +41,30 @@ struct KernelSyncStats {
     size_t entries = 0;          // desired entries
 };
 
-class KernelSync {
+// What the job logic needs of the datapath: entries to keep there, and
+// whether one is connected. KernelSync is the real one; unit tests use a
+// table of their own.
+class EntryTable {
+public:
+    virtual ~EntryTable() = default;
+    virtual void set(const FlowKey& key, EntryValue value) = 0;  // takes effect on flush()
+    virtual void remove(const FlowKey& key) = 0;
+    virtual void flush() = 0;                                    // push pending changes now
+    virtual KernelSyncStats stats() const = 0;
+};
+
+class KernelSync final : public EntryTable {
 public:
     KernelSync(boost::asio::io_context& io, const Logger& log, DatapathProvider& provider,
                KernelSyncOptions options);
 
     void start();
     void stop();
-    void set(const FlowKey& key, EntryValue value);  // takes effect on flush()
-    void remove(const FlowKey& key);
-    void flush();                                    // push pending changes now
+    void set(const FlowKey& key, EntryValue value) override;
+    void remove(const FlowKey& key) override;
+    void flush() override;
     void set_options(KernelSyncOptions options) { options_ = options; }
-    KernelSyncStats stats() const;
+    KernelSyncStats stats() const override;
     // The datapath's own counters for this netns, as of the last check
     // (empty while there is no datapath).
     const Stats& datapath_stats() const { return datapath_stats_; }

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <map>
 
+#include "daemon/authorization.hpp"
 #include "daemon/jobs.hpp"
 #include "mercury/uapi.h"
 
@@ -164,4 +165,24 @@ TEST_CASE("jobs: bad requests are refused and change nothing", "[jobs]")
     CHECK(jobs.register_lane(1, 2, 8, cookie(3)) == ENOSPC);   // its limit
     CHECK(table.size() == 2);
     CHECK(!table.at(cookie(3)));
+}
+
+TEST_CASE("authorization: only root sets job weights or names a connection by cookie or tuple", "[jobs]")
+{
+    using namespace mercury;
+    const Caller user{kAlice}, root{0};
+    proto::JobWeight weight;
+    weight.job = "a";
+    weight.weight = 4;
+    CHECK(authorize(user, weight).error == EPERM);
+    CHECK(!authorize(root, weight));
+    proto::Register by_cookie;
+    by_cookie.kind = proto::ConnKind::kCookie;
+    CHECK(authorize(user, by_cookie).error == EPERM);
+    CHECK(!authorize(root, by_cookie));
+    proto::Register passed;
+    passed.kind = proto::ConnKind::kPassedFd;
+    CHECK(!authorize(user, passed));   // ownership is proven by the socket itself
+    CHECK(!authorize(user, proto::StatusRequest{}));
+    CHECK(!authorize(user, hello("a")));
 }

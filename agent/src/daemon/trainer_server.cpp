@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "daemon/authorization.hpp"
+
 namespace mercury {
 
 namespace asio = boost::asio;
@@ -378,14 +380,13 @@ bool Session::take_passed_socket(FlowKey& key)
 bool Session::handle(const proto::Message& msg)
 {
     JobRegistry& jobs = server_.jobs_;
+    if (const Refusal refused = authorize(Caller{peer_uid_}, msg))
+        return fail(refused.error, refused.why);
     if (const auto* req = std::get_if<proto::StatusRequest>(&msg)) {
         send(proto::StatusReply{req->format == proto::StatusFormat::kText ? jobs.status_text() : jobs.status_json()});
         return true;
     }
     if (const auto* weight = std::get_if<proto::JobWeight>(&msg)) {
-        // A job's weight takes link share from every other job: an operator's call.
-        if (peer_uid_ != 0)
-            return fail(EPERM, "setting a job's weight needs root");
         jobs.set_job_weight(weight->job, weight->weight);
         server_.log_.info("job weight set", {{"job", weight->job}, {"weight", std::to_string(weight->weight)}});
         return true;
@@ -417,10 +418,6 @@ bool Session::handle(const proto::Message& msg)
         err = jobs.add_timings(id_, *timings);
     } else if (const auto* reg = std::get_if<proto::Register>(&msg)) {
         FlowKey key = reg->flow;
-        // A cookie or a tuple proves nothing: anyone could name another
-        // user's connection. Only root may; everyone else passes the socket.
-        if (reg->kind != proto::ConnKind::kPassedFd && peer_uid_ != 0)
-            return fail(EPERM, "register a connection by passing its socket (by cookie or tuple needs root)");
         if (reg->kind == proto::ConnKind::kPassedFd && !take_passed_socket(key))
             return fail(EINVAL, "Register by socket needs a passed TCP socket");
         err = jobs.register_flow(id_, reg->layer, key);

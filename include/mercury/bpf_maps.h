@@ -101,21 +101,13 @@ struct mercury_bpf_config {
 	__u64 expired;		/* entries the loading agent collected */
 };
 
+/* The shared events (MERCURY_EVENTS in uapi.h), in their order: the
+ * layout of mercury_bpf_state's counters. Expiry is counted in
+ * mercury_bpf_config.expired instead, by the agent that collects. */
 enum mercury_bpf_counter {
-	MERCURY_BPF_CNT_FLOWS_INIT,
-	MERCURY_BPF_CNT_FLOWS_RELEASED,
-	MERCURY_BPF_CNT_HOLDS,
-	MERCURY_BPF_CNT_RELEASES,
-	MERCURY_BPF_CNT_STARVE_GRANTS,
-	MERCURY_BPF_CNT_DELAY_BACKOFFS,
-	MERCURY_BPF_CNT_LOSS_EVENTS,
-	MERCURY_BPF_CNT_CWND_FIXUPS,
-	MERCURY_BPF_CNT_RECOVERIES,
-	MERCURY_BPF_CNT_RECOVERIES_FROM_CWR,
-	MERCURY_BPF_CNT_HELD_IN_RECOVERY,
-	MERCURY_BPF_CNT_HOLD_LEAKS,
-	MERCURY_BPF_CNT_YIELD_GRANTS,
-	MERCURY_BPF_CNT_JOB_CUTS,
+#define MERCURY_BPF_CNT_ENUM(NAME, name) MERCURY_BPF_CNT_##NAME,
+	MERCURY_EVENTS(MERCURY_BPF_CNT_ENUM)
+#undef MERCURY_BPF_CNT_ENUM
 	/* Only in MERCURY_BPF_GLOBAL_STATE: events of a netns whose state
 	 * could not be created (mercury_state full), not counted there. */
 	MERCURY_BPF_CNT_UNCOUNTED,

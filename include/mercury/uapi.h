@@ -143,7 +143,31 @@ enum mercury_param {
 #define MERCURY_DEFAULT_MAX_ENTRIES	16384
 #define MERCURY_DEFAULT_MAX_HOLD_MS	1000
 
-/* Counters of this netns (u64) unless marked global. */
+/*
+ * The events both datapaths count per netns, once: X(NAME, name). Expanded
+ * into tcp_mercury.ko's counters and their MERCURY_STAT_<NAME> attributes
+ * below, the BPF datapath's counter slots (include/mercury/bpf_maps.h: the
+ * order is their layout, which pinned maps keep across restarts, so append
+ * only) and the agent's names for them (mercuryctl stats, metrics).
+ */
+#define MERCURY_EVENTS(X)					\
+	X(FLOWS_INIT, flows_init)				\
+	X(FLOWS_RELEASED, flows_released)			\
+	X(HOLDS, holds)						\
+	X(RELEASES, releases)					\
+	X(STARVE_GRANTS, starve_grants)				\
+	X(DELAY_BACKOFFS, delay_backoffs)			\
+	X(LOSS_EVENTS, loss_events)				\
+	X(CWND_FIXUPS, cwnd_fixups)				\
+	X(RECOVERIES, recoveries)				\
+	X(RECOVERIES_FROM_CWR, recoveries_from_cwr)		\
+	X(HELD_IN_RECOVERY, held_in_recovery)			\
+	X(HOLD_LEAKS, hold_leaks)				\
+	X(YIELD_GRANTS, yield_grants)				\
+	X(JOB_CUTS, job_cuts)
+
+/* Counters of this netns (u64) unless marked global. The numbers are ABI:
+ * a new attribute goes last. */
 enum mercury_stat {
 	MERCURY_STAT_UNSPEC,
 	MERCURY_STAT_PAD,

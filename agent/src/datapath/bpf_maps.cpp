@@ -106,11 +106,11 @@ uint32_t expires_ms(const mercury_bpf_entry& e, uint64_t now)
 }
 
 // Per-netns counters; the last one exists only host-wide.
+#define MERCURY_EVENT_NAME(NAME, name) #name,
 constexpr std::array<const char*, MERCURY_BPF_CNT_MAX> kCounterNames{
-    "flows_init", "flows_released", "holds", "releases", "starve_grants",
-    "delay_backoffs", "loss_events", "cwnd_fixups", "recoveries", "recoveries_from_cwr",
-    "held_in_recovery", "hold_leaks", "yield_grants", "job_cuts", "global_uncounted",
+    MERCURY_EVENTS(MERCURY_EVENT_NAME) "global_uncounted",
 };
+#undef MERCURY_EVENT_NAME
 
 mercury_bpf_config default_config()
 {

@@ -26,27 +26,17 @@ struct StatField {
     const char* name;
     int attr;
 };
+// The shared events (uapi.h), then the module's gauges and expiries.
+#define MERCURY_STAT_FIELD(NAME, name) {#name, MERCURY_STAT_##NAME},
 constexpr auto kStatFields = std::to_array<StatField>({
-    {"flows_init", MERCURY_STAT_FLOWS_INIT},
-    {"flows_released", MERCURY_STAT_FLOWS_RELEASED},
-    {"holds", MERCURY_STAT_HOLDS},
-    {"releases", MERCURY_STAT_RELEASES},
-    {"starve_grants", MERCURY_STAT_STARVE_GRANTS},
-    {"delay_backoffs", MERCURY_STAT_DELAY_BACKOFFS},
-    {"loss_events", MERCURY_STAT_LOSS_EVENTS},
-    {"cwnd_fixups", MERCURY_STAT_CWND_FIXUPS},
+    MERCURY_EVENTS(MERCURY_STAT_FIELD)
     {"tag_entries", MERCURY_STAT_TAG_ENTRIES},
     {"flow_entries", MERCURY_STAT_FLOW_ENTRIES},
     {"expired", MERCURY_STAT_EXPIRED},
     {"table_gen", MERCURY_STAT_TABLE_GEN},
     {"global_entries", MERCURY_STAT_GLOBAL_ENTRIES},
-    {"recoveries", MERCURY_STAT_RECOVERIES},
-    {"recoveries_from_cwr", MERCURY_STAT_RECOVERIES_FROM_CWR},
-    {"held_in_recovery", MERCURY_STAT_HELD_IN_RECOVERY},
-    {"hold_leaks", MERCURY_STAT_HOLD_LEAKS},
-    {"yield_grants", MERCURY_STAT_YIELD_GRANTS},
-    {"job_cuts", MERCURY_STAT_JOB_CUTS},
 });
+#undef MERCURY_STAT_FIELD
 
 // What a request's callbacks collect.
 struct Transaction {

@@ -30,6 +30,7 @@
  */
 
 #include <linux/module.h>
+#include <linux/stringify.h>
 #include <linux/inet_diag.h>
 #include <net/genetlink.h>
 #include <net/tcp.h>
@@ -66,8 +67,9 @@ struct mercury_params mercury_defaults = {
 	.debug = 0,
 };
 
-/* Module parameters: defaults for new netns; range-checked at load. */
-#define MERCURY_PARAM(field, lo, hi, desc)					\
+/* Module parameters: defaults for new netns; range-checked at load, with
+ * the ranges and defaults of uapi.h (the netlink policy's too). */
+#define MERCURY_PARAM(field, lo, hi, def, desc)					\
 static int mercury_set_##field(const char *val, const struct kernel_param *kp) \
 {										\
 	return param_set_uint_minmax(val, kp, lo, hi);				\
@@ -77,19 +79,19 @@ static const struct kernel_param_ops mercury_ops_##field = {			\
 	.get = param_get_uint,							\
 };										\
 module_param_cb(field, &mercury_ops_##field, &mercury_defaults.field, 0444); \
-MODULE_PARM_DESC(field, desc " [" #lo ".." #hi "]")
+MODULE_PARM_DESC(field, desc " (default " __stringify(def) ") [" __stringify(lo) ".." __stringify(hi) "]")
 
-MERCURY_PARAM(cwnd_floor, 1, 64,
-	      "packets a held (preempted) flow keeps in flight (default 2)");
-MERCURY_PARAM(delay_thresh_us, 0, 1000000,
-	      "queueing delay (us over base RTT) at which rank-1 flows yield; less urgent ranks yield earlier; 0 disables (default 1000)");
-MERCURY_PARAM(entry_ttl_ms, 100, 3600000,
-	      "lifetime of a table entry not set again (default 10000)");
-MERCURY_PARAM(max_entries, 1, 65536,
-	      "table entries per network namespace (default 16384)");
-MERCURY_PARAM(max_hold_ms, 10, 60000,
-	      "longest continuous hold; then the flow is let go for max_hold/8 (default 1000)");
-MERCURY_PARAM(debug, 0, 1, "log hold/release transitions (default 0)");
+MERCURY_PARAM(cwnd_floor, MERCURY_CWND_FLOOR_MIN, MERCURY_CWND_FLOOR_MAX, MERCURY_DEFAULT_CWND_FLOOR,
+	      "packets a held (preempted) flow keeps in flight");
+MERCURY_PARAM(delay_thresh_us, 0, MERCURY_DELAY_THRESH_US_MAX, MERCURY_DEFAULT_DELAY_THRESH_US,
+	      "queueing delay (us over base RTT) at which rank-1 flows yield; less urgent ranks yield earlier; 0 disables");
+MERCURY_PARAM(entry_ttl_ms, MERCURY_TTL_MS_MIN, MERCURY_TTL_MS_MAX, MERCURY_DEFAULT_ENTRY_TTL_MS,
+	      "lifetime of a table entry not set again");
+MERCURY_PARAM(max_entries, MERCURY_MAX_ENTRIES_MIN, MERCURY_MAX_ENTRIES_MAX, MERCURY_DEFAULT_MAX_ENTRIES,
+	      "table entries per network namespace");
+MERCURY_PARAM(max_hold_ms, MERCURY_MAX_HOLD_MS_MIN, MERCURY_MAX_HOLD_MS_MAX, MERCURY_DEFAULT_MAX_HOLD_MS,
+	      "longest continuous hold; then the flow is let go for max_hold/8");
+MERCURY_PARAM(debug, 0, 1, 0, "log hold/release transitions");
 
 /* The glue include/mercury/cc_hooks.h is written against. */
 struct mercury_ctx {

@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "daemon/authorization.hpp"
+#include "daemon/job_views.hpp"
 
 namespace mercury {
 
@@ -383,7 +384,7 @@ bool Session::handle(const proto::Message& msg)
     if (const Refusal refused = authorize(Caller{peer_uid_}, msg))
         return fail(refused.error, refused.why);
     if (const auto* req = std::get_if<proto::StatusRequest>(&msg)) {
-        send(proto::StatusReply{req->format == proto::StatusFormat::kText ? jobs.status_text() : jobs.status_json()});
+        send(proto::StatusReply{req->format == proto::StatusFormat::kText ? status_text(jobs) : status_json(jobs)});
         return true;
     }
     if (const auto* weight = std::get_if<proto::JobWeight>(&msg)) {

@@ -9,9 +9,13 @@ cd "$(dirname "$0")/.."
 secs=${1:-30}
 out=build/fuzz
 mkdir -p "$out/corpus"
-clang++-14 -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	-Iagent/src tests/fuzz/fuzz_protocol.cpp agent/src/protocol/wire.cpp agent/src/flow_key.cpp \
-	-o "$out/fuzz_protocol"
+if ! build_log=$(clang++-14 -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	-Iagent/src -Iinclude tests/fuzz/fuzz_protocol.cpp agent/src/protocol/wire.cpp agent/src/flow_key.cpp \
+	-o "$out/fuzz_protocol" 2>&1); then
+	echo "$build_log" | tail -n 20 | sed 's/^/    /'
+	echo "FAIL fuzz/build: the fuzz target does not compile"
+	exit 1
+fi
 # tests/fuzz/regressions: inputs that once crashed the decoder, replayed first.
 if "$out/fuzz_protocol" -max_total_time="$secs" -seed=1 -print_final_stats=1 -artifact_prefix="$out/" \
 	"$out/corpus" tests/fuzz/regressions \

@@ -35,7 +35,7 @@ user:
 	cmake --build $(USER) -j$(JOBS)
 
 $(INITRD): kmod-guest user guest
-	scripts/vm/build-initramfs.sh $@ $(KO) $(USER)/guest-bin
+	scripts/vm/build-initramfs.sh $@ $(KO) $(USER)/bin $(USER)/tests/bin
 
 # Debian packages: mercury, python3-mercury, mercury-dkms (build/deb/*.deb).
 deb: deps
@@ -48,11 +48,11 @@ unit: user
 
 # The BPF datapath on this host's kernel, in network namespaces (root).
 bpftest: user
-	tests/native/bpf_tests.sh $(USER)/guest-bin
+	tests/native/bpf_tests.sh $(USER)
 
 # mercury.torch on real PyTorch (Gloo), natively with the BPF datapath (root).
 torchtest: deps user
-	tests/torch/run.sh $(USER)/guest-bin
+	tests/torch/run.sh $(USER)
 
 # The module on a real kernel under qemu.
 vmtest: $(INITRD)
@@ -100,7 +100,7 @@ bench-torch: deps user
 # per-ACK CPU cost against cubic natively, with 1 and 1,000 active flows.
 bench-cc: $(INITRD)
 	scripts/vm/run.sh bench-cc $(INITRD)
-	BIN=$(USER)/guest-bin experiment/bench/bench-ack-cost.sh | tee $(BUILD)/bench-ack-cost.txt
+	BIN=$(USER)/bin:$(USER)/tests/bin experiment/bench/bench-ack-cost.sh | tee $(BUILD)/bench-ack-cost.txt
 
 bench-agent: $(INITRD)
 	scripts/vm/run.sh bench-agent $(INITRD)

@@ -9,7 +9,7 @@ set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$(dirname "$1")"
 log=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-export PATH=${BIN:-$top/build/user/guest-bin}:$PATH
+export PATH=${BIN:-$top/build/user/bin:$top/build/user/tests/bin}:$PATH
 . "$top/scripts/bpf-loader.sh"
 cleanup() {
 	sh "$top/experiment/cluster.sh" down 2>/dev/null

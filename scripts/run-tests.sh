@@ -80,10 +80,10 @@ suite() {
 }
 
 step "BPF datapath: the eBPF struct_ops program on this host's kernel, in netns"
-suite bpf "$BUILD/bpf-tests.log" tests/native/bpf_tests.sh "$BUILD/user/guest-bin"
+suite bpf "$BUILD/bpf-tests.log" tests/native/bpf_tests.sh "$BUILD/user"
 
 step "PyTorch: mercury.torch against DDP, lanes in the BPF datapath"
-suite torch "$BUILD/torch-tests.log" tests/torch/run.sh "$BUILD/user/guest-bin"
+suite torch "$BUILD/torch-tests.log" tests/torch/run.sh "$BUILD/user"
 
 step "VM tests: tcp_mercury in Debian's 6.1 cloud kernel under qemu"
 vm_log="$BUILD/vm-tests.log"

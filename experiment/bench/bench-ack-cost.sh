@@ -22,7 +22,7 @@
 #                             SECONDS_PER_RUN=4, BIN=dir with mercury-flow)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
-export PATH=${BIN:-$top/build/user/guest-bin}:$PATH
+export PATH=${BIN:-$top/build/user/bin:$top/build/user/tests/bin}:$PATH
 IP=/usr/sbin/ip TC=/usr/sbin/tc
 ROUNDS=${ROUNDS:-5} SECS=${SECONDS_PER_RUN:-4} FLOWS=${FLOWS:-1 1000}
 CCS="cubic mercury"

@@ -3,7 +3,7 @@
 # binaries first on PATH (BIN overrides), iproute2 by full path, the
 # profiles, the emulated cluster's shape and link rate (W, S, RATE), the
 # BPF loader's functions, and helpers they share.
-bin=${BIN:-$top/build/user/guest-bin}
+bin=${BIN:-$top/build/user/bin:$top/build/user/tests/bin}
 export PATH=$bin:$PATH IP=${IP:-/usr/sbin/ip} TC=${TC:-/usr/sbin/tc}
 profiles=$top/experiment/profiles
 W=${W:-4} S=${S:-4}

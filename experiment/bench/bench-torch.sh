@@ -24,7 +24,7 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 out=$1
-bin=$top/build/user/guest-bin
+bin=$top/build/user/bin:$top/build/user/tests/bin
 export PATH=$bin:$PATH
 . "$top/scripts/bpf-loader.sh"
 

@@ -7,7 +7,8 @@
 # stops cleanly.
 # usage: agent_native.sh BIN_DIR LIB_DIR PYTHON_DIR
 set -uo pipefail
-bin=$1 lib=$2 py=$3
+build=$1 py=$2
+bin=$build/bin tools=$build/tests/bin lib=$build/agent
 dir=$(mktemp -d)
 sock=$dir/mercuryd.sock
 failed=0
@@ -59,7 +60,7 @@ chmod 0755 "$dir"   # the hostile client below runs as nobody
 	--check-ms 100 2>"$dir/agent.log" &
 agent=$!
 port=$((20000 + RANDOM % 20000))
-"$bin/mercury-flow" server --port $port --bind 127.0.0.1 >/dev/null &
+"$tools/mercury-flow" server --port $port --bind 127.0.0.1 >/dev/null &
 server=$!
 for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
 
@@ -126,7 +127,7 @@ check late-agent-first-ranks [ $? -eq 0 ] || cat "$dir/late.out"
 kill $late_agent
 wait $late_agent 2>/dev/null
 
-check garbage-dropped "$bin/mercury-trainer" garbage --socket "$sock"
+check garbage-dropped "$tools/mercury-trainer" garbage --socket "$sock"
 # Past max_clients a new client is refused with EBUSY and the agent serves on.
 "$bin/mercuryd" --datapath kmod --socket "$dir/small.sock" --max-clients 1 2>"$dir/small.log" &
 small=$!

@@ -7,13 +7,14 @@
 # registration by mercuryd, sharing between agents, clean unregistration
 # (sockets using it keep working), recovery after the loader is killed.
 #
-# usage: bpf_tests.sh BIN_DIR      (as root; prints PASS/FAIL lines)
+# usage: bpf_tests.sh BUILD_DIR    (the CMake build, build/user; as root;
+#                                   prints PASS/FAIL lines)
 # env: ONLY="jobs_agent weights ..." runs just those tests (test_NAME), for
 #      working on them; make test runs them all.
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=$(cd "$1" && pwd)
-export PATH=$bin:$PATH
+build=$(cd "$1" && pwd)
+export PATH=$build/bin:$build/tests/bin:$PATH
 cd "$top/tests/cc"
 . ./lib.sh
 . ./behaviour.sh

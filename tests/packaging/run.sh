@@ -74,7 +74,7 @@ check python "python3 -m mercury status from /: exit $? (3: no agent)" \
 # The guest kernel loads what DKMS built (the VM suite prints its hash).
 if [ -f "$ko" ]; then
 	initrd=$build/initramfs-dkms.cpio.gz
-	"$top/scripts/vm/build-initramfs.sh" "$initrd" "$ko" "$build/user/guest-bin" &&
+	"$top/scripts/vm/build-initramfs.sh" "$initrd" "$ko" "$build/user/bin" "$build/user/tests/bin" &&
 		MERCURY_VM_TIMEOUT=600 "$top/scripts/vm/run.sh" dkms "$initrd" "$build/vm-dkms.log" >/dev/null
 	grep -E '^(PASS|FAIL) ' "$build/vm-dkms.log" | tee "$build/vm-dkms.checks"
 	passed=$((passed + $(grep -c '^PASS ' "$build/vm-dkms.checks")))

@@ -11,8 +11,8 @@
 # usage: run.sh BIN_DIR      (as root)
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=$(cd "$1" && pwd)
-export PATH=$bin:$PATH
+build=$(cd "$1" && pwd)
+export PATH=$build/bin:$build/tests/bin:$PATH
 . "$top/scripts/bpf-loader.sh"
 
 ns=mercury-torch
@@ -44,8 +44,8 @@ ip netns exec $ns mercuryd --datapath=bpf --socket $sock --check-ms 100 2>>"$log
 agent=$!
 for _ in $(seq 100); do [ -S $sock ] && break; sleep 0.05; done
 
-MERCURY_SOCKET=$sock MERCURY_JOB=torchtest GLOO_SOCKET_IFNAME=lo LIBMERCURY="$bin/../agent/libmercury.so" \
-	ip netns exec $ns /usr/bin/python3 "$top/tests/torch/checks.py" --mercuryctl "$bin/mercuryctl"
+MERCURY_SOCKET=$sock MERCURY_JOB=torchtest GLOO_SOCKET_IFNAME=lo LIBMERCURY="$build/agent/libmercury.so" \
+	ip netns exec $ns /usr/bin/python3 "$top/tests/torch/checks.py" --mercuryctl "$build/bin/mercuryctl"
 rc=$?
 kill -0 "$agent" 2>/dev/null || { echo "FAIL torch/agent-alive: mercuryd died (see $log)"; rc=1; }
 exit $rc

@@ -8,6 +8,9 @@
 //                         (an achievable schedule, simulated: priority per
 //                         layer, or by the ranks mercuryd's rule gives)
 //   mercury-replay bound  --rate-mbit R COMMON   (a lower bound no run can beat)
+//   mercury-replay layers --profile FILE   (the profile's layers, forward order, in
+//                         the simple format: name forward_ms backward_ms param_bytes;
+//                         how the PyTorch bench reads the same profiles)
 //   COMMON: --profile FILE --mode MODE --workers N --servers-count S --byte-divisor D
 //           [--cc NAME] [--placement mxnet|balanced] [--job NAME]
 //
@@ -39,6 +42,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -882,11 +886,25 @@ int run_sim(const Options& o)
     return 0;
 }
 
+// One line per layer, forward order; names lose their spaces (the format's separator).
+int run_layers(const Options& o)
+{
+    const Model model = load_model(o.profile);
+    std::printf("# %s: name forward_ms backward_ms param_bytes (from %s)\n", model.name.c_str(), o.profile.c_str());
+    for (const Layer& l : model.layers) {
+        std::string name = l.name;
+        std::replace_if(name.begin(), name.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }, '_');
+        std::printf("%s %.6g %.6g %llu\n", name.c_str(), l.forward_ms, l.backward_ms,
+                    static_cast<unsigned long long>(l.param_bytes));
+    }
+    return 0;
+}
+
 Options parse(int argc, char** argv)
 {
     Options o;
     if (argc < 2)
-        throw std::runtime_error("usage: mercury-replay server|worker|sim|bound OPTIONS (see the header of replay.cpp)");
+        throw std::runtime_error("usage: mercury-replay server|worker|sim|bound|layers OPTIONS (see the header of replay.cpp)");
     o.role = argv[1];
     for (int i = 2; i < argc; i += 2) {
         if (i + 1 >= argc)
@@ -910,6 +928,11 @@ Options parse(int argc, char** argv)
         else if (a == "--sim-ranks") o.sim_ranks = v;
         else if (a == "--job") o.job = v;
         else throw std::runtime_error("unknown option " + a);
+    }
+    if (o.role == "layers") {
+        if (o.profile.empty())
+            throw std::runtime_error("layers needs --profile");
+        return o;
     }
     if (o.profile.empty() || !o.workers || !o.servers || o.byte_divisor <= 0 || o.iterations < 2)
         throw std::runtime_error("need --profile, --workers, --servers-count, --byte-divisor > 0, --iterations >= 2");
@@ -936,7 +959,9 @@ int main(int argc, char** argv)
             return run_sim(o);
         if (o.role == "bound")
             return run_bound(o);
-        throw std::runtime_error("role is server, worker, sim or bound");
+        if (o.role == "layers")
+            return run_layers(o);
+        throw std::runtime_error("role is server, worker, sim, bound or layers");
     } catch (const std::exception& e) {
         std::fprintf(stderr, "mercury-replay: %s\n", e.what());
         return 1;

@@ -114,7 +114,7 @@ demo: deps
 	experiment/demo-native.sh $(BUILD)/native-demo.log
 	experiment/report/report.sh $(BUILD)/native-demo.log $(BUILD)/demo
 	@echo "=== real PyTorch: DDP vs mercury.torch, natively (short; make bench-torch for the sweep)"
-	RATES=50 REPEATS=2 WARMUP=2 ITERATIONS=3 MODES=ddp,one-lane,full SKIP_REAL=1 \
+	MODELS=resnet18 RATES=50 REPEATS=2 WARMUP=2 ITERATIONS=3 MODES=ddp,one-lane,full SKIP_REAL=1 \
 		experiment/bench/bench-torch.sh $(BUILD)/demo-torch
 	$(MAKE) $(INITRD)
 	@echo "=== in the VM, tcp_mercury.ko"

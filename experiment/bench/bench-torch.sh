@@ -13,11 +13,19 @@
 #   2. real compute, 2 workers, at $REAL_RATE Mbit/s (2 cores: CPU-bound;
 #      reported with CPU utilisation, not tuned for)
 #
-# The emulated runs shrink every parameter tensor by $BYTE_DIVISOR and so
+# MODELS: names of profiles in experiment/profiles (PipeDream graphs, or the
+# simple format `name forward_ms backward_ms param_bytes`), paths to
+# profile files, or torchvision:NAME (worker 0 measures the real model's
+# layers at --image 224, batch $CALIBRATE_BATCH). The replayer reads the
+# same profiles: `mercury-replay layers` turns each into the simple format.
+#
+# The emulated runs shrink every parameter tensor by a byte divisor and so
 # emulate links that many times faster (2 cores cannot move more than about
-# 100 Mbit/s on each of 8 shaped links at once): at the defaults, 25-100
-# Mbit/s with bytes /16 stand for 400-1600 Mbit/s. A ring link check at each
-# rate comes first and is reported.
+# 100 Mbit/s on each of 8 shaped links at once). BYTE_DIVISOR=auto (the
+# default) picks, per model, the divisor at which a ring all-reduce of the
+# model takes as long as its compute at $BALANCE_MBIT Mbit/s: at the default
+# RATES the points are communication = 2x, 1x and 0.5x compute. A ring link
+# check at each rate comes first and is reported.
 #
 # Output: OUT/bench-torch.jsonl (every run), OUT/bench-torch.{json,md,png}.
 # usage: bench-torch.sh OUT_DIR    (as root)
@@ -28,10 +36,13 @@ bin=$top/build/user/bin:$top/build/user/tests/bin
 export PATH=$bin:$PATH
 . "$top/scripts/bpf-loader.sh"
 
-MODEL=${MODEL:-resnet18}
+MODELS=${MODELS:-${MODEL:-"vgg16 resnet50 alexnet resnet18"}}
 RATES=${RATES:-"25 50 100"}
-BYTE_DIVISOR=${BYTE_DIVISOR:-16}
-COMPUTE_S=${COMPUTE_S:-0.7}
+BYTE_DIVISOR=${BYTE_DIVISOR:-auto}
+BALANCE_MBIT=${BALANCE_MBIT:-50}
+CALIBRATE_BATCH=${CALIBRATE_BATCH:-2}
+COMPUTE_S=${COMPUTE_S:-1.0}
+WORKERS=${WORKERS:-4}
 REPEATS=${REPEATS:-5}
 WARMUP=${WARMUP:-2}
 ITERATIONS=${ITERATIONS:-5}
@@ -40,8 +51,8 @@ REAL_RATE=${REAL_RATE:-800}
 MODES=${MODES:-ddp,one-lane,lanes-cubic,full}
 LANES=${LANES:-8}
 # Queueing delay is not scaled down with the bytes: a packet at 50 Mbit/s
-# queues 16 times longer than at 800. Delay thresholds scale up to match.
-DELAY_THRESH_US=${DELAY_THRESH_US:-$((1000 * BYTE_DIVISOR))}
+# queues D times longer than at D x 50. Delay thresholds scale up to match
+# (DELAY_THRESH_US, default 1000 x the divisor).
 REAL_REPEATS=${REAL_REPEATS:-3}
 
 # Every mode opens process groups of its own (closed again after it).
@@ -95,8 +106,8 @@ linkcheck() {
 # run_point LABEL WORKERS RATE_MBIT DELAY_THRESH_US ARGS...: one cluster,
 # every mode, repeats.
 run_point() {
-	local label=$1 workers=$2 rate=$3 i pids=()
-	shift 3
+	local label=$1 workers=$2 rate=$3 thresh=$4 i pids=()
+	shift 4
 	"$top/experiment/cluster.sh" up "$workers" 0 "$rate"
 	linkcheck "$workers" "$rate" | tee -a "$out/bench-torch-links.txt"
 	agents=()
@@ -107,15 +118,15 @@ run_point() {
 	done
 	for i in $(seq 0 $((workers - 1))); do
 		for _ in $(seq 100); do [ -S "/run/mercury-bench-w$i.sock" ] && break; sleep 0.05; done
-		ip netns exec "mc-w$i" mercuryctl params "delay_thresh_us=$1" >/dev/null
+		ip netns exec "mc-w$i" mercuryctl params "delay_thresh_us=$thresh" >/dev/null
 	done
 	echo "bench-torch: $label: $workers workers at $rate Mbit/s"
 	for i in $(seq 0 $((workers - 1))); do
 		ip netns exec "mc-w$i" env MERCURY_SOCKET="/run/mercury-bench-w$i.sock" MERCURY_JOB=bench \
 			${TRACE_DIR:+MERCURY_TORCH_TRACE=$TRACE_DIR/trace-w$i.jsonl} GLOO_SOCKET_IFNAME=eth0 LIBMERCURY="$top/build/user/agent/libmercury.so" \
 			/usr/bin/python3 "$top/experiment/bench/torch_worker.py" --rank "$i" --world "$workers" \
-			--master 10.3.0.10:29500 --model "$MODEL" --baseline-cc "$BASELINE_CC" --label "$label" \
-			--warmup "$WARMUP" --iterations "$ITERATIONS" --modes "$MODES" --lanes "$LANES" "${@:2}" \
+			--master 10.3.0.10:29500 --baseline-cc "$BASELINE_CC" --label "$label" \
+			--warmup "$WARMUP" --iterations "$ITERATIONS" --modes "$MODES" --lanes "$LANES" "$@" \
 			> >(if [ "$i" = 0 ]; then sed -u "s/}\$/, \"rate_mbit\": $rate}/" | tee -a "$runs"; else cat >>"$log"; fi) \
 			2>>"$log" &
 		pids+=($!)
@@ -127,10 +138,47 @@ run_point() {
 	[ $rc = 0 ] || { echo "bench-torch: $label at $rate Mbit/s failed (see $log)" >&2; exit 1; }
 }
 
-for rate in $RATES; do
-	run_point emulated-4w 4 "$rate" "$DELAY_THRESH_US" --compute emulated --compute-s "$COMPUTE_S" --byte-divisor "$BYTE_DIVISOR" \
-		--repeats "$REPEATS"
+# model_args NAME: the worker's arguments for a model of MODELS, and its
+# parameter bytes on stdout as "bytes N" first.
+model_args() {
+	local name=$1 file
+	case $name in
+	torchvision:*)
+		local tv=${name#torchvision:}
+		bytes=$(/usr/bin/python3 -c "import torchvision; m = getattr(torchvision.models, '$tv')(num_classes=10); print(sum(p.numel() * 4 for p in m.parameters()))")
+		args=(--model "$tv" --image 224 --batch "$CALIBRATE_BATCH")
+		return ;;
+	*/*) file=$name ;;
+	*)
+		file=
+		for f in "$top/experiment/profiles/$name".graph.txt "$top/experiment/profiles/$name".txt; do
+			[ -f "$f" ] && { file=$f; break; }
+		done ;;
+	esac
+	[ -n "$file" ] && [ -f "$file" ] || {
+		echo "bench-torch: no profile for model '$name' (experiment/profiles/$name.graph.txt or .txt, a path, or torchvision:NAME)" >&2
+		exit 1
+	}
+	local simple=$out/profile-$(basename "${file%%.*}").txt
+	mercury-replay layers --profile "$file" >"$simple"
+	bytes=$(awk '!/^#/ { b += $4 } END { print b }' "$simple")
+	args=(--model "$(basename "${file%%.*}")" --profile "$simple")
+}
+
+for model in $MODELS; do
+	model_args "$model"
+	divisor=$BYTE_DIVISOR
+	if [ "$divisor" = auto ]; then
+		# comm = 2(N-1)/N x bytes / divisor x 8 / rate = compute
+		divisor=$(awk -v b="$bytes" -v n="$WORKERS" -v r="$BALANCE_MBIT" -v c="$COMPUTE_S" \
+			'BEGIN { d = int(2 * (n - 1) / n * b * 8 / (r * 1e6 * c) + 0.5); print d < 1 ? 1 : d }')
+	fi
+	for rate in $RATES; do
+		run_point "emulated-${WORKERS}w" "$WORKERS" "$rate" "${DELAY_THRESH_US:-$((1000 * divisor))}" "${args[@]}" \
+			--compute emulated --compute-s "$COMPUTE_S" --byte-divisor "$divisor" --repeats "$REPEATS"
+	done
 done
-[ "${SKIP_REAL:-0}" = 1 ] || run_point real-2w 2 "$REAL_RATE" 1000 --compute real --repeats "$REAL_REPEATS"
+[ "${SKIP_REAL:-0}" = 1 ] || run_point real-2w 2 "$REAL_RATE" 1000 --model "${REAL_MODEL:-resnet18}" \
+	--compute real --repeats "$REAL_REPEATS"
 
 /usr/bin/python3 "$top/experiment/report/bench-torch-report.py" "$runs" "$out/bench-torch"

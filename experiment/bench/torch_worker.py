@@ -2,19 +2,22 @@
 """One worker of `make bench-torch` (experiment/bench/bench-torch.sh starts them, one
 per emulated host).
 
-The model is a real torchvision model. Worker 0 first measures its per-layer
-forward and backward times at one thread (``--calibrate``); then, with
-``--compute emulated``, every layer is replaced by one of the same
-parameters whose forward and backward *wait* for the measured time (times
-``--compute-scale``) inside real autograd, so the framework, the hooks and
-the collectives stay real while 2 cores need not run 4 workers' compute.
-``--compute real`` trains the real model.
+With ``--compute emulated`` every layer is one whose forward and backward
+*wait* for the layer's time (scaled so that the iteration's compute is
+``--compute-s``) inside real autograd, with parameters of the layer's size
+(divided by ``--byte-divisor``), so the framework, the hooks and the
+collectives stay real while 2 cores need not run 4 workers' compute. The
+layers come from ``--profile FILE`` (the replayer's profiles, as
+``mercury-replay layers`` prints them: ``name forward_ms backward_ms
+param_bytes``), or, without one, worker 0 measures the real torchvision
+model ``--model`` at one thread (``--batch``, ``--image``).
+``--compute real`` trains the real torchvision model.
 
 Modes, interleaved within each repeat, each on a fresh model:
   ddp         torch DDP (vanilla), its sockets pinned to the baseline CC
   one-lane    mercury.torch with 1 lane on the baseline CC (overlap only)
-  lanes-cubic mercury.torch with 4 lanes on the baseline CC (no priorities)
-  full        mercury.torch with 4 lanes on mercury (kernel priorities)
+  lanes-cubic mercury.torch with --lanes lanes on the baseline CC (no priorities)
+  full        mercury.torch with --lanes lanes on mercury (kernel priorities)
 Prints one JSON line per measured run.
 """
 from __future__ import annotations
@@ -50,7 +53,7 @@ def layers_of(model: nn.Module) -> List[nn.Module]:
     return [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
 
 
-def calibrate(name: str, batch: int, image: int, iterations: int = 4) -> List[Tuple[float, float]]:
+def calibrate(name: str, batch: int, image: int, iterations: int = 4) -> List[Timing]:
     """Per-layer (forward s, backward s) of the real model, forward order, median of runs."""
     model = make_model(name)
     layers = layers_of(model)
@@ -88,7 +91,7 @@ def calibrate(name: str, batch: int, image: int, iterations: int = 4) -> List[Tu
     def median(v: List[float]) -> float:
         v = sorted(v[1:] or v)  # the first iteration warms up
         return v[len(v) // 2] if v else 0.0
-    return [(median(fwd.get(m, [])), median(bwd[m])) for m in order]
+    return [(median(fwd.get(m, [])), median(bwd[m]), -1) for m in order]
 
 
 class _Wait(torch.autograd.Function):
@@ -121,13 +124,50 @@ class EmulatedLayer(nn.Module):
         return _Wait.apply(x, self.fwd_s, self.bwd_s, *self.params)
 
 
-class EmulatedModel(nn.Module):
-    def __init__(self, name: str, times: List[Tuple[float, float]], scale: float, divisor: int) -> None:
+class ProfiledLayer(nn.Module):
+    """A profile's layer: one parameter of its bytes (fp32, 1/divisor of them), its time."""
+
+    def __init__(self, param_bytes: int, fwd_s: float, bwd_s: float, divisor: int) -> None:
         super().__init__()
+        n = -(-param_bytes // 4 // divisor) if param_bytes else 0
+        self.params = nn.ParameterList([nn.Parameter(torch.zeros(n))] if n else [])
+        self.fwd_s, self.bwd_s = fwd_s, bwd_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _Wait.apply(x, self.fwd_s, self.bwd_s, *self.params)
+
+
+# A layer as the bench emulates it: (forward s, backward s, parameter bytes or -1: the real layer's).
+Timing = Tuple[float, float, int]
+
+
+def read_profile(path: str) -> List[Timing]:
+    """The simple profile format: name forward_ms backward_ms param_bytes; '#' comments."""
+    layers = []
+    for lineno, line in enumerate(open(path), 1):
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        if len(fields) != 4:
+            raise SystemExit(f"torch_worker: {path}:{lineno}: expected name forward_ms backward_ms param_bytes")
+        layers.append((float(fields[1]) / 1e3, float(fields[2]) / 1e3, int(fields[3])))
+    if not layers:
+        raise SystemExit(f"torch_worker: {path}: no layers")
+    return layers
+
+
+class EmulatedModel(nn.Module):
+    """Profiled layers (bytes >= 0) or, for a calibrated torchvision model, its real layers' parameters."""
+
+    def __init__(self, name: str, times: List[Timing], scale: float, divisor: int) -> None:
+        super().__init__()
+        if times and times[0][2] >= 0:
+            self.layers = nn.ModuleList(ProfiledLayer(n, f * scale, b * scale, divisor) for f, b, n in times)
+            return
         real = layers_of(make_model(name))
         order = real[:len(times)]
         self.layers = nn.ModuleList(EmulatedLayer(m, f * scale, b * scale, divisor)
-                                    for m, (f, b) in zip(order, times))
+                                    for m, (f, b, _) in zip(order, times))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:
@@ -199,7 +239,9 @@ def main() -> int:
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--master", required=True, help="ADDR:PORT of worker 0")
-    ap.add_argument("--model", default="resnet18")
+    ap.add_argument("--model", default="resnet18",
+                    help="the run's model name; without --profile, the torchvision model to calibrate or train")
+    ap.add_argument("--profile", help="emulated: the layers of this profile (see above)")
     ap.add_argument("--compute", choices=["emulated", "real"], default="emulated")
     ap.add_argument("--compute-s", type=float, default=0.0,
                     help="emulated compute per iteration (forward + backward), seconds; 0: as measured")
@@ -217,21 +259,25 @@ def main() -> int:
     args = ap.parse_args()
 
     torch.set_num_threads(1)
-    times = calibrate(args.model, args.batch, args.image) if args.rank == 0 and args.compute == "emulated" else []
+    if args.profile and args.compute != "emulated":
+        raise SystemExit("torch_worker: --profile needs --compute emulated")
+    times: List[Timing] = []
+    if args.rank == 0 and args.compute == "emulated":
+        times = read_profile(args.profile) if args.profile else calibrate(args.model, args.batch, args.image)
     dist.init_process_group("gloo", init_method=f"tcp://{args.master}", rank=args.rank, world_size=args.world)
     n = torch.tensor([len(times)], dtype=torch.int64)
     dist.broadcast(n, src=0)
-    t = torch.tensor(times if times else [(0.0, 0.0)] * int(n.item()), dtype=torch.float64)
+    t = torch.tensor(times if times else [(0.0, 0.0, 0)] * int(n.item()), dtype=torch.float64)
     dist.broadcast(t, src=0)
-    times = [tuple(row) for row in t.tolist()]
-    measured = sum(f + b for f, b in times)
+    times = [(f, b, int(nb)) for f, b, nb in t.tolist()]
+    measured = sum(f + b for f, b, _ in times)
     args.compute_scale = args.compute_s / measured if args.compute_s > 0 and measured > 0 else 1.0
     if args.compute != "emulated":
         args.byte_divisor = 1
     model_bytes = sum(p.numel() * p.element_size()
                       for p in (EmulatedModel(args.model, times, 1.0, args.byte_divisor) if args.compute == "emulated"
                                 else make_model(args.model)).parameters())
-    compute_s = sum(f + b for f, b in times) * args.compute_scale if args.compute == "emulated" else None
+    compute_s = sum(f + b for f, b, _ in times) * args.compute_scale if args.compute == "emulated" else None
     modes = args.modes.split(",")
     unknown = [m for m in modes if m not in MODES + CLIP_MODES]
     if unknown:

@@ -19,7 +19,9 @@
  *  - Precedence: while a more urgent rank was active on this host within the
  *    hold window (about an RTT), the flow is *held*: its cwnd is clamped to a
  *    small floor that keeps the ACK clock alive; the window it had is restored
- *    at once when the urgent rank goes quiet.
+ *    at once when the urgent rank goes quiet. A rank goes quiet at once when
+ *    its flow has nothing left to send or to be acked (a ring step waiting on
+ *    its neighbour), not a hold window later: precedence is work-conserving.
  *  - No starvation: a flow held for max_hold is let go for max_hold/8, so a
  *    held flow always gets some share.
  *  - Across hosts: ranked flows other than rank 0 yield to queueing delay
@@ -194,9 +196,31 @@ static inline __u32 mercury_hold_window_us(__u32 srtt_us)
 }
 
 /*
+ * A rank's activity stamp, per job: when a flow of the rank last had data
+ * out, or, with MERCURY_STAMP_IDLE set, when one of its flows last ran out
+ * of data (0: never). An idle stamp ends the rank's precedence at once:
+ * otherwise a latency-bound urgent flow (each step of a ring waits on a
+ * neighbour) held the less urgent ones through every gap between its
+ * steps, for a hold window each time, and the link sat idle (VGG-16 in
+ * bench-torch: the classifier's bucket held at the floor while the conv
+ * buckets' rings left the link 80% idle). Another flow of the rank that is
+ * still sending stamps it active again on its next ACK.
+ */
+#define MERCURY_STAMP_IDLE	(1ULL << 63)
+
+/* Whether stamp @t says its rank was active within @window_us of @now_us. */
+static inline int mercury_stamp_active(__u64 t, __u64 now_us, __u32 window_us)
+{
+	if (!t || (t & MERCURY_STAMP_IDLE))
+		return 0;
+	/* A stamp slightly ahead of our clock is fresh, too. */
+	return t > now_us || now_us - t < window_us;
+}
+
+/*
  * True if a rank more urgent than @rank was active within @window_us of
- * @now_us. @last_active_us[r] is when rank r last had data outstanding
- * (0: never). Unranked flows are never preempted.
+ * @now_us (@last_active_us: the job's stamps, above). Unranked flows are
+ * never preempted.
  */
 static inline int mercury_preempted(const __u64 *last_active_us, __u32 rank,
 				    __u64 now_us, __u32 window_us)
@@ -206,15 +230,9 @@ static inline int mercury_preempted(const __u64 *last_active_us, __u32 rank,
 	if (rank >= MERCURY_NUM_RANKS)
 		return 0;
 	for (r = 0; r < MERCURY_NUM_RANKS; r++) {
-		__u64 t;
-
 		if (r >= rank)
 			break;
-		t = last_active_us[r];
-		if (t && now_us >= t && now_us - t < window_us)
-			return 1;
-		/* A stamp slightly ahead of our clock is fresh, too. */
-		if (t > now_us)
+		if (mercury_stamp_active(last_active_us[r], now_us, window_us))
 			return 1;
 	}
 	return 0;
@@ -234,12 +252,9 @@ static inline int mercury_preempting(const __u64 *last_active_us, __u32 rank,
 		return 0;
 	/* Constant bounds: the BPF verifier must see every index in range. */
 	for (r = 0; r < MERCURY_NUM_RANKS; r++) {
-		__u64 t;
-
 		if (r <= rank)
 			continue;
-		t = last_active_us[r];
-		if (t && (t > now_us || now_us - t < window_us))
+		if (mercury_stamp_active(last_active_us[r], now_us, window_us))
 			return 1;
 	}
 	return 0;
@@ -462,6 +477,24 @@ static inline void mercury_unhold(struct mercury_window *w,
 	if (h->saved_ssthresh > w->ssthresh)
 		w->ssthresh = h->saved_ssthresh;
 	h->saved_ssthresh = 0;
+}
+
+/*
+ * A loss while held. The window to cut is the one the flow comes back to,
+ * not the floor: cutting the floor left ssthresh at 2, and recovery, which
+ * drives cwnd to ssthresh, then took the whole window the hold had saved
+ * (a bulk flow of bench-torch regrew from 2 packets after every such loss).
+ * The saved window shrinks as after a loss of its own; the kernel's
+ * reduction works toward the floor (returned: the new ssthresh) while held.
+ */
+static inline __u32 mercury_held_loss(struct mercury_hold_state *h,
+				      __u32 weight, __u32 floor)
+{
+	__u32 ss = mercury_ssthresh_after_loss(h->saved_cwnd, weight);
+
+	h->saved_cwnd = ss;
+	h->saved_ssthresh = ss;
+	return floor < ss ? floor : ss;
 }
 
 /*

@@ -91,13 +91,31 @@ MERCURY_HOOK void mercury_mark_active(struct mercury_ctx *x,
 	__u64 *stamps = mercury_stamps(x, job);
 	__u64 *active = mercury_job_active(x);
 
+	__u64 t;
+
 	if (!stamps || !active || rank >= MERCURY_NUM_RANKS || job >= MERCURY_NUM_JOBS)
 		return;
-	/* Shared by all flows of the rank: write rarely to spare the cache line. */
-	if (now_us - MERCURY_READ(stamps[rank]) >= 100) {
+	/* Shared by all flows of the rank: write rarely to spare the cache
+	 * line, but at once over a stamp of the rank gone idle. */
+	t = MERCURY_READ(stamps[rank]);
+	if ((t & MERCURY_STAMP_IDLE) || now_us - t >= 100) {
 		MERCURY_WRITE(stamps[rank], now_us);
 		MERCURY_WRITE(active[job], now_us);
 	}
+}
+
+/* This flow's last byte was acked and it has nothing queued: its rank goes
+ * quiet now, not a hold window later (cc_core.h, MERCURY_STAMP_IDLE). */
+MERCURY_HOOK void mercury_mark_idle(struct mercury_ctx *x,
+				    const struct mercury_sock *ca, __u64 now_us)
+{
+	__u32 rank = ca->rank, job = ca->job;
+	__u64 *stamps = mercury_stamps(x, job);
+
+	if (!stamps || rank >= MERCURY_NUM_RANKS || job >= MERCURY_NUM_JOBS)
+		return;
+	if (!(MERCURY_READ(stamps[rank]) & MERCURY_STAMP_IDLE))
+		MERCURY_WRITE(stamps[rank], now_us | MERCURY_STAMP_IDLE);
 }
 
 MERCURY_HOOK void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
@@ -257,6 +275,8 @@ MERCURY_HOOK void mercury_on_acked(struct sock *sk, struct mercury_sock *ca,
 	}
 	if (mercury_has_data(sk))
 		mercury_mark_active(&x, ca, now_us);
+	else
+		mercury_mark_idle(&x, ca, now_us);
 	mercury_update_hold(sk, ca, &x, now_us, window_us);
 	mercury_update_share(sk, ca, &x, now_us, window_us);
 	mercury_follow_job_cut(sk, ca, &x, now_us, window_us);
@@ -290,6 +310,8 @@ MERCURY_HOOK __u32 mercury_on_ssthresh(struct sock *sk, struct mercury_sock *ca)
 
 	mercury_ctx_of(sk, &x);
 	MERCURY_COUNT(&x, LOSS_EVENTS);
+	if (ca->flags & MERCURY_F_HELD)
+		return mercury_held_loss(&ca->hold, ca->weight, mercury_cwnd_floor(&x));
 	/* The job's other flows back off with this one (cc_core.h). */
 	census = mercury_census(&x, ca->job);
 	if (census && ca->job != MERCURY_JOB_NONE && ca->rank < MERCURY_NUM_RANKS &&

@@ -65,6 +65,22 @@ TEST_CASE("a flow is preempted only by a more urgent rank active within the wind
     CHECK(mercury_preempted(last, 3, now - 100, 1000));   // stamp ahead of our clock
 }
 
+TEST_CASE("a rank whose flow ran out of data preempts nobody, until it sends again", "[core]")
+{
+    __u64 last[MERCURY_NUM_RANKS] = {};
+    const __u64 now = 1'000'000;
+
+    last[2] = (now - 200) | MERCURY_STAMP_IDLE;   // rank 2's flow went idle 0.2 ms ago
+    CHECK_FALSE(mercury_preempted(last, 3, now, 1000));   // within the window, yet quiet
+    CHECK_FALSE(mercury_preempting(last, 1, now, 1000));
+    CHECK_FALSE(mercury_stamp_active(last[2], now, 1000));
+    last[2] = now - 100;   // it sends again
+    CHECK(mercury_preempted(last, 3, now, 1000));
+    CHECK(mercury_stamp_active(last[2], now, 1000));
+    last[1] = (now - 50) | MERCURY_STAMP_IDLE;   // another quiet rank changes nothing
+    CHECK(mercury_preempted(last, 3, now, 1000));
+}
+
 TEST_CASE("a never-active rank preempts nobody", "[core]")
 {
     __u64 last[MERCURY_NUM_RANKS] = {};
@@ -161,6 +177,30 @@ TEST_CASE("hold step in CWR/Recovery: ssthresh at the floor too, restored on rel
     CHECK(mercury_hold_step(&small, &hs, 0, 1, 1, t0, 1000, 2) == MERCURY_HOLD_ENTERED);
     CHECK(small.ssthresh == 2);
     CHECK(hs.saved_ssthresh == 0);
+}
+
+TEST_CASE("a loss while held cuts the saved window, not the floor", "[core]")
+{
+    mercury_window w{84, 49, 0};
+    mercury_hold_state h{};
+    const __u64 t0 = 9'000'000;
+
+    CHECK(mercury_hold_step(&w, &h, 0, 1, 0, t0, 1000, 2) == MERCURY_HOLD_ENTERED);
+    // The kernel enters recovery and asks for ssthresh: the floor while held.
+    w.ssthresh = mercury_held_loss(&h, MERCURY_WEIGHT_UNIT, 2);
+    CHECK(w.ssthresh == 2);
+    CHECK(h.saved_cwnd == 42);   // Reno's cut of the window it comes back to
+    CHECK(h.saved_ssthresh == 42);
+    // PRR took cwnd to the floor; released inside recovery, the flow gets the
+    // cut window back, and recovery ends at it instead of at 2.
+    CHECK(mercury_hold_step(&w, &h, 1, 1, 1, t0 + 100, 1000, 2) == MERCURY_HOLD_KEPT);
+    CHECK(mercury_hold_step(&w, &h, 1, 0, 1, t0 + 200, 1000, 2) == MERCURY_HOLD_RELEASED);
+    CHECK(w.cwnd == 42);
+    CHECK(w.ssthresh == 42);
+
+    // A saved window at the floor already stays there.
+    mercury_hold_state tiny{0, 2, 0};
+    CHECK(mercury_held_loss(&tiny, MERCURY_WEIGHT_UNIT, 4) == 2);
 }
 
 TEST_CASE("a hold leak is a held flow above the floor outside a reduction", "[core]")

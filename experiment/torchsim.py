@@ -1,0 +1,306 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""Simulated schedules of the PyTorch bench's modes (experiment/bench/bench-torch.sh).
+
+What is achievable for data-parallel training of a profiled model with
+Gloo's ring all-reduce, as one worker of N sees it (the workers are
+symmetric: same compute, same rings, one uplink each of the same rate):
+
+  ddp         DDP: buckets in reverse layer order (1 MiB first, then
+              bucket_cap_mb), each all-reduced once its gradients exist,
+              one after another on one process group; the optimizer steps
+              after the last, then the next forward pass starts.
+  one-lane    mercury.torch on one lane: its buckets, reduced in launch order
+              on one process group; the forward pass of layer i waits only
+              for layer i's bucket.
+  lanes-fair  the same buckets on their lanes, every lane's ring sharing the
+              link equally (TCP flows of one kind: lanes on cubic).
+  priority    the same buckets on their lanes, the link given to the most
+              urgent lane with data to send, preempting (ideal priority: what
+              full Mercury aims at).
+  bound       a lower bound: per-layer reductions, no per-step latency, ideal
+              preemptive priority by forward order.
+
+A bucket's ring all-reduce is 2(N-1) steps; in each the worker sends 1/N of
+the bucket and then waits `step_latency_s` (the round trip and Gloo's work
+between steps; the bench measures it on an idle link and passes it) before
+the next. Rings on the link share it as a fluid. A process group runs its
+collectives one at a time, in launch order. The compute is the profile's,
+forward then backward; the optimizer's step is free. An iteration is the
+steady state: from one step's start to the next's, as the bench times it.
+Left out: what TCP adds (slow start, a standing queue, losses, how fast a
+held flow takes the link back) and the framework's own time per layer, so
+measured runs may fall on either side of every schedule but the bound.
+
+usage: torchsim.py PROFILE --workers N --rate-mbit R --byte-divisor D
+                   --compute-s S [--step-latency-us U] [--lanes L] [--json]
+PROFILE is in the simple format (`mercury-replay layers` prints it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+from mercury.contract import NUM_RANKS, rank_lane  # noqa: E402
+
+# Ethernet frame on the wire (tbf counts it) per TCP payload with timestamps.
+WIRE_PER_PAYLOAD = 1514 / 1448
+DDP_FIRST_BUCKET_BYTES = 1 << 20      # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
+DDP_BUCKET_CAP_MB = 25
+MERCURY_BUCKET_BYTES = 256 << 10      # mercury.torch's DEFAULT_BUCKET_BYTES
+MODES = ["ddp", "one-lane", "lanes-fair", "priority", "bound"]
+
+
+@dataclass
+class Layer:
+    fwd_s: float
+    bwd_s: float
+    nbytes: int      # gradient bytes as the bench sends them (after the divisor)
+
+
+@dataclass
+class Bucket:
+    layers: List[int]   # indices into the model's layers with parameters
+    nbytes: int
+    lane: int           # lower: more urgent
+
+
+def read_profile(path: str) -> List[tuple]:
+    """(forward s, backward s, parameter bytes) per layer, forward order."""
+    out = []
+    for line in open(path):
+        f = line.split("#", 1)[0].split()
+        if f:
+            out.append((float(f[1]) / 1e3, float(f[2]) / 1e3, int(f[3])))
+    return out
+
+
+def bench_layers(profile: Sequence[tuple], divisor: int, compute_s: float) -> List[Layer]:
+    """The layers as torch_worker.py emulates them: times scaled to compute_s, bytes / divisor (fp32)."""
+    total = sum(f + b for f, b, _ in profile)
+    scale = compute_s / total if compute_s > 0 and total > 0 else 1.0
+    return [Layer(f * scale, b * scale, 4 * -(-n // 4 // divisor) if n else 0) for f, b, n in profile]
+
+
+def ddp_buckets(layers: Sequence[Layer], cap_mb: float = DDP_BUCKET_CAP_MB,
+                first_bytes: int = DDP_FIRST_BUCKET_BYTES) -> List[Bucket]:
+    """DDP's buckets: parameters in reverse order, the first bucket up to
+    first_bytes, the rest up to cap_mb (a bucket closes once it reaches its cap)."""
+    out: List[Bucket] = []
+    cur: List[int] = []
+    size = 0
+    for i in reversed([i for i, l in enumerate(layers) if l.nbytes]):
+        cur.append(i)
+        size += layers[i].nbytes
+        if size >= (first_bytes if not out else cap_mb * (1 << 20)):
+            out.append(Bucket(cur, size, 0))
+            cur, size = [], 0
+    if cur:
+        out.append(Bucket(cur, size, 0))
+    return out
+
+
+def mercury_buckets(layers: Sequence[Layer], lanes: int,
+                    bucket_bytes: int = MERCURY_BUCKET_BYTES) -> List[Bucket]:
+    """mercury.torch's buckets (optimizer.py, _finalize_layers): neighbouring
+    layers until bucket_bytes, never across lanes; lanes by layer index, as
+    before the agent's first ranks (which the bench's runs keep, see the trace)."""
+    owners = [i for i, l in enumerate(layers) if l.nbytes]
+    n = max(1, len(owners))
+    out: List[Bucket] = []
+    size = 0
+    for k, i in enumerate(owners):
+        lane = rank_lane(k * NUM_RANKS // n, lanes)
+        if not out or size >= bucket_bytes or lane != out[-1].lane:
+            out.append(Bucket([], 0, lane))
+            size = 0
+        out[-1].layers.append(i)
+        out[-1].nbytes += layers[i].nbytes
+        size += layers[i].nbytes
+    return out
+
+
+@dataclass(eq=False)
+class _Ring:
+    bucket: int
+    lane: int
+    order: int          # launch order: ties within a lane
+    step_bytes: float
+    steps_left: int
+    left: float = 0.0   # bytes left of the current step's send
+    ready_at: Optional[float] = None   # waiting out a step's latency until then
+
+
+@dataclass
+class SimResult:
+    iteration_s: float
+    iterations: List[float] = field(default_factory=list)
+    forward_wait_s: float = 0.0   # per iteration, steady state
+
+
+def simulate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: int, rate_mbit: float,
+             step_latency_s: float, sharing: str, synchronous: bool, iterations: int = 8,
+             warmup: int = 3) -> SimResult:
+    """sharing: "fair" or "priority" between lanes; synchronous: DDP's step after every reduction."""
+    rate = rate_mbit * 1e6 / 8 / WIRE_PER_PAYLOAD          # payload bytes/s
+    steps = 2 * (workers - 1)
+    bucket_of = {i: b for b, bk in enumerate(buckets) for i in bk.layers}
+    order_fwd = list(range(len(layers)))
+    t = 0.0
+    done: Dict[int, float] = {b: 0.0 for b in range(len(buckets))}   # last reduction's end, per bucket
+    pending: Dict[int, List[_Ring]] = {}     # lane -> rings launched, not finished, launch order
+    launched = 0
+    starts: List[float] = []
+    waits = 0.0
+
+    def active() -> List[_Ring]:
+        return [lane_rings[0] for lane_rings in pending.values() if lane_rings]
+
+    def advance(until: float) -> None:
+        """Run the link from t to until (no ring event in between is assumed; see next_event)."""
+        nonlocal t
+        while t < until - 1e-12:
+            nxt = max(min(until, next_event()), t + 1e-9)
+            dt = nxt - t
+            for r, share in shares().items():
+                r.left -= share * rate * dt
+            t = nxt
+            settle()
+
+    def shares() -> Dict[_Ring, float]:
+        sending = [r for r in active() if r.ready_at is None and r.left > 1e-3]
+        if not sending:
+            return {}
+        if sharing == "priority":
+            top = min(r.lane for r in sending)
+            sending = [r for r in sending if r.lane == top]
+        return {r: 1.0 / len(sending) for r in sending}
+
+    def next_event() -> float:
+        ev = float("inf")
+        for r, share in shares().items():
+            ev = min(ev, t + r.left / (share * rate))
+        for r in active():
+            if r.ready_at is not None:
+                ev = min(ev, r.ready_at)
+        return ev
+
+    def settle() -> None:
+        for lane, rings in pending.items():
+            while rings:
+                r = rings[0]
+                if r.ready_at is None and r.left <= 1e-3:   # bytes: float dust
+                    r.ready_at = t + step_latency_s
+                if r.ready_at is not None and r.ready_at <= t + 1e-12:
+                    r.ready_at = None
+                    r.steps_left -= 1
+                    if r.steps_left == 0:
+                        done[r.bucket] = t
+                        rings.pop(0)
+                        continue
+                    r.left = r.step_bytes
+                break
+
+    def launch(b: int) -> None:
+        nonlocal launched
+        bk = buckets[b]
+        done[b] = float("inf")
+        pending.setdefault(bk.lane, []).append(
+            _Ring(b, bk.lane, launched, bk.nbytes / workers, steps, bk.nbytes / workers))
+        launched += 1
+        settle()
+
+    def wait_for(b: int) -> None:
+        nonlocal waits
+        t0 = t
+        while done[b] == float("inf"):
+            ev = next_event()
+            if ev == float("inf"):
+                raise RuntimeError("simulation stalled")
+            advance(ev)
+        if len(starts) > warmup:
+            waits += t - t0
+
+    def compute(s: float) -> None:
+        advance(t + s)
+
+    for k in range(warmup + iterations + 1):
+        if synchronous:
+            for b in range(len(buckets)):
+                wait_for(b)
+        starts.append(t)   # a step starts: its forward pass, which may wait
+        if k == warmup + iterations:
+            break          # the measured iterations end where this step starts
+        for i in order_fwd:
+            if not synchronous and i in bucket_of:
+                wait_for(bucket_of[i])
+            compute(layers[i].fwd_s)
+        ready = {b: len(bk.layers) for b, bk in enumerate(buckets)}
+        for i in reversed(order_fwd):
+            compute(layers[i].bwd_s)
+            if i in bucket_of:
+                b = bucket_of[i]
+                ready[b] -= 1
+                if ready[b] == 0:
+                    launch(b)
+    its = [b - a for a, b in zip(starts, starts[1:])][warmup:]
+    return SimResult(sum(its) / len(its), its, waits / max(1, iterations))
+
+
+def simulate_mode(mode: str, layers: Sequence[Layer], *, workers: int, rate_mbit: float,
+                  step_latency_s: float, lanes: int = 8, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
+                  bucket_bytes: int = MERCURY_BUCKET_BYTES) -> SimResult:
+    kw = dict(workers=workers, rate_mbit=rate_mbit)
+    if mode == "ddp":
+        return simulate(layers, ddp_buckets(layers, bucket_cap_mb), step_latency_s=step_latency_s,
+                        sharing="fair", synchronous=True, **kw)
+    if mode == "one-lane":
+        return simulate(layers, mercury_buckets(layers, 1, bucket_bytes), step_latency_s=step_latency_s,
+                        sharing="fair", synchronous=False, **kw)
+    if mode in ("lanes-fair", "priority"):
+        return simulate(layers, mercury_buckets(layers, lanes, bucket_bytes), step_latency_s=step_latency_s,
+                        sharing="fair" if mode == "lanes-fair" else "priority", synchronous=False, **kw)
+    if mode == "bound":
+        owners = [i for i, l in enumerate(layers) if l.nbytes]
+        per_layer = [Bucket([i], layers[i].nbytes, k) for k, i in enumerate(owners)]
+        return simulate(layers, per_layer, step_latency_s=0.0, sharing="priority", synchronous=False, **kw)
+    raise ValueError(f"unknown mode {mode!r}; known: {MODES}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("profile")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--rate-mbit", type=float, required=True)
+    ap.add_argument("--byte-divisor", type=int, default=1)
+    ap.add_argument("--compute-s", type=float, default=0.0, help="iteration compute, s (0: the profile's)")
+    ap.add_argument("--step-latency-us", type=float, default=300.0)
+    ap.add_argument("--lanes", type=int, default=8)
+    ap.add_argument("--bucket-cap-mb", type=float, default=DDP_BUCKET_CAP_MB)
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if args.workers < 2 or args.rate_mbit <= 0 or args.byte_divisor < 1:
+        ap.error("need --workers >= 2, --rate-mbit > 0, --byte-divisor >= 1")
+    layers = bench_layers(read_profile(args.profile), args.byte_divisor, args.compute_s)
+    out = {}
+    for mode in args.modes.split(","):
+        r = simulate_mode(mode, layers, workers=args.workers, rate_mbit=args.rate_mbit,
+                          step_latency_s=args.step_latency_us / 1e6, lanes=args.lanes,
+                          bucket_cap_mb=args.bucket_cap_mb)
+        out[mode] = {"iteration_s": r.iteration_s, "forward_wait_s": r.forward_wait_s}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for mode, r in out.items():
+            print(f"{mode:11s} {r['iteration_s']:.3f} s  (forward waits {r['forward_wait_s']:.3f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+# SPDX-License-Identifier: GPL-2.0
+"""experiment/torchsim.py: its buckets are the ones DDP and mercury.torch
+really build, and its schedules keep the arithmetic they claim."""
+from __future__ import annotations
+
+import os
+import random
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import mercury.torch as mt
+from conftest import TOP
+
+sys.path.insert(0, os.path.join(TOP, "experiment"))
+import torchsim  # noqa: E402
+
+RATE_MBIT = 50.0
+PAYLOAD_RATE = RATE_MBIT * 1e6 / 8 / torchsim.WIRE_PER_PAYLOAD   # bytes/s
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    store = tmp_path_factory.mktemp("dist") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def layers(spec):
+    return [torchsim.Layer(f, b, n) for f, b, n in spec]
+
+
+def test_ddp_buckets_are_the_reducers() -> None:
+    # After its first iteration DDP rebuilds its buckets in gradient-ready
+    # order with limits [1 MiB, bucket_cap_mb] (torch's Reducer).
+    sizes = [4 << 10, 700 << 10, 300 << 10, 2 << 20, 9 << 20, 30 << 20, 1 << 20, 64]
+    model = [torchsim.Layer(0.0, 0.0, n) for n in sizes]
+    tensors = [torch.empty(n // 4) for n in reversed(sizes)]
+    cap = 25 << 20
+    torch_buckets, _ = dist._compute_bucket_assignment_by_size(tensors, [torchsim.DDP_FIRST_BUCKET_BYTES, cap])
+    expected = sorted(sorted(len(sizes) - 1 - i for i in b) for b in torch_buckets)
+    assert sorted(sorted(b.layers) for b in torchsim.ddp_buckets(model, cap / (1 << 20))) == expected
+
+
+def test_mercury_buckets_are_the_optimizers(world) -> None:
+    sizes = [40, 200 << 10, 100 << 10, 300 << 10, 8, 260 << 10, 4 << 10]
+    net = nn.Sequential(*[nn.Linear(1, 1, bias=False) for _ in sizes])
+    for m, n in zip(net, sizes):
+        m.weight = nn.Parameter(torch.zeros(n // 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # no agent: one lane
+        opt = mt.DistributedOptimizer(net, torch.optim.SGD(net.parameters(), lr=0.1))
+    try:
+        x = torch.ones(1)
+        for m in net:   # each "layer" touches its parameter; shapes do not matter here
+            m.forward = lambda t, m=m: t * m.weight.sum()
+        net(x).sum().backward()
+        real = [sorted(set(b.layers)) for b in opt._buckets]
+    finally:
+        opt.close()
+    model = [torchsim.Layer(0.0, 0.0, n) for n in sizes]
+    assert [b.layers for b in torchsim.mercury_buckets(model, 1)] == real
+
+
+def test_one_layer_costs_compute_then_its_ring() -> None:
+    # Nothing can overlap: the forward waits for the one reduction, which waits for the backward.
+    n, nbytes, latency = 4, 600_000, 0.002
+    model = layers([(0.1, 0.2, nbytes)])
+    ring = 2 * (n - 1) / n * nbytes / PAYLOAD_RATE + 2 * (n - 1) * latency
+    for mode in ("ddp", "one-lane", "lanes-fair", "priority"):
+        r = torchsim.simulate_mode(mode, model, workers=n, rate_mbit=RATE_MBIT, step_latency_s=latency)
+        assert r.iteration_s == pytest.approx(0.3 + ring, rel=1e-6), mode
+    bound = torchsim.simulate_mode("bound", model, workers=n, rate_mbit=RATE_MBIT, step_latency_s=latency)
+    assert bound.iteration_s == pytest.approx(0.3 + ring - 2 * (n - 1) * latency, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_no_mode_beats_the_bound_or_the_link(seed) -> None:
+    rnd = random.Random(seed)
+    n = rnd.choice([2, 4, 8])
+    model = layers([(rnd.uniform(0.001, 0.05), rnd.uniform(0.001, 0.1), rnd.choice([0, rnd.randint(1, 900_000)]))
+                    for _ in range(rnd.randint(3, 25))] + [(0.01, 0.01, 200_000)])
+    compute = sum(l.fwd_s + l.bwd_s for l in model)
+    link = 2 * (n - 1) / n * sum(l.nbytes for l in model) / PAYLOAD_RATE
+    bound = torchsim.simulate_mode("bound", model, workers=n, rate_mbit=RATE_MBIT, step_latency_s=0.0005)
+    assert bound.iteration_s >= max(compute, link) * (1 - 1e-9)
+    for mode in ("ddp", "one-lane", "lanes-fair", "priority"):
+        r = torchsim.simulate_mode(mode, model, workers=n, rate_mbit=RATE_MBIT, step_latency_s=0.0005)
+        assert r.iteration_s >= bound.iteration_s * (1 - 1e-9), mode
+
+
+def test_priority_gains_where_the_front_layer_is_big() -> None:
+    # A big first layer (an embedding) whose gradient is ready last: priority
+    # sends it before the blocks the forward pass needs later; fair sharing
+    # splits the link with them.
+    model = layers([(0.001, 0.001, 2_000_000)] + [(0.02, 0.04, 300_000)] * 12)
+    fair = torchsim.simulate_mode("lanes-fair", model, workers=4, rate_mbit=RATE_MBIT, step_latency_s=0.0003)
+    prio = torchsim.simulate_mode("priority", model, workers=4, rate_mbit=RATE_MBIT, step_latency_s=0.0003)
+    assert prio.iteration_s < 0.95 * fair.iteration_s
+    assert prio.forward_wait_s < fair.forward_wait_s

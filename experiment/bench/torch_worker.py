@@ -216,13 +216,18 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
     for _ in range(args.warmup):
         one_step()
     dist.barrier()
+    # Steady state: from one step's start to the start of the step after the
+    # last measured one. The reductions still in flight then belong to the
+    # next iteration, which training would overlap with its forward pass
+    # (timing up to a final synchronize() charged that tail to the run).
     t0, c0 = time.perf_counter(), os.times()
     for _ in range(args.iterations):
         one_step()
-    if mode != "ddp":
-        opt.synchronize()
     elapsed = time.perf_counter() - t0
     c1 = os.times()
+    one_step()
+    if mode != "ddp":
+        opt.synchronize()
     waited = getattr(opt, "wait_s", None)
     if mode != "ddp":
         opt.close()
@@ -232,6 +237,20 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
     return {"iteration_s": elapsed / args.iterations,
             "wait_s": waited / (args.iterations + args.warmup) if waited is not None else None,
             "cpu_util": ((c1.user - c0.user) + (c1.system - c0.system)) / elapsed}
+
+
+def ring_step_latency(world: int, trials: int = 21) -> float:
+    """One step of Gloo's ring all-reduce on an idle link, seconds: the median
+    time of a one-element all-reduce over its 2(N-1) steps. The simulator
+    (experiment/torchsim.py) charges it to every step of every ring."""
+    x = torch.zeros(1)
+    times = []
+    for _ in range(trials):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(x)
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2] / (2 * (world - 1))
 
 
 def main() -> int:
@@ -278,6 +297,7 @@ def main() -> int:
                       for p in (EmulatedModel(args.model, times, 1.0, args.byte_divisor) if args.compute == "emulated"
                                 else make_model(args.model)).parameters())
     compute_s = sum(f + b for f, b, _ in times) * args.compute_scale if args.compute == "emulated" else None
+    step_latency_s = ring_step_latency(args.world)
     modes = args.modes.split(",")
     unknown = [m for m in modes if m not in MODES + CLIP_MODES]
     if unknown:
@@ -290,7 +310,8 @@ def main() -> int:
                                   "workers": args.world, "mode": mode, "repeat": rep,
                                   "cc": "mercury" if mode.startswith("full") else args.baseline_cc,
                                   "model_bytes": model_bytes, "byte_divisor": args.byte_divisor,
-                                  "compute_s": compute_s, **r}), flush=True)
+                                  "compute_s": compute_s, "profile": args.profile, "lanes": args.lanes,
+                                  "step_latency_s": step_latency_s, **r}), flush=True)
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -254,10 +254,11 @@ def simulate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: int
 
 def simulate_mode(mode: str, layers: Sequence[Layer], *, workers: int, rate_mbit: float,
                   step_latency_s: float, lanes: int = 8, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
+                  ddp_first_bytes: int = DDP_FIRST_BUCKET_BYTES,
                   bucket_bytes: int = MERCURY_BUCKET_BYTES) -> SimResult:
     kw = dict(workers=workers, rate_mbit=rate_mbit)
     if mode == "ddp":
-        return simulate(layers, ddp_buckets(layers, bucket_cap_mb), step_latency_s=step_latency_s,
+        return simulate(layers, ddp_buckets(layers, bucket_cap_mb, ddp_first_bytes), step_latency_s=step_latency_s,
                         sharing="fair", synchronous=True, **kw)
     if mode == "one-lane":
         return simulate(layers, mercury_buckets(layers, 1, bucket_bytes), step_latency_s=step_latency_s,
@@ -272,33 +273,58 @@ def simulate_mode(mode: str, layers: Sequence[Layer], *, workers: int, rate_mbit
     raise ValueError(f"unknown mode {mode!r}; known: {MODES}")
 
 
+def numbers(text: str, kind: type) -> List:
+    """A comma-separated list of numbers."""
+    try:
+        return [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, not {text!r}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("profile")
-    ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--rate-mbit", type=float, required=True)
+    ap.add_argument("--workers", type=lambda t: numbers(t, int), default=[4], help="N, or a list N1,N2,...")
+    ap.add_argument("--rate-mbit", type=lambda t: numbers(t, float), required=True, help="R, or a list")
     ap.add_argument("--byte-divisor", type=int, default=1)
     ap.add_argument("--compute-s", type=float, default=0.0, help="iteration compute, s (0: the profile's)")
     ap.add_argument("--step-latency-us", type=float, default=300.0)
     ap.add_argument("--lanes", type=int, default=8)
     ap.add_argument("--bucket-cap-mb", type=float, default=DDP_BUCKET_CAP_MB)
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="one JSON line per workers and rate")
     args = ap.parse_args()
-    if args.workers < 2 or args.rate_mbit <= 0 or args.byte_divisor < 1:
+    modes = args.modes.split(",")
+    if min(args.workers, default=0) < 2 or min(args.rate_mbit, default=0) <= 0 or args.byte_divisor < 1:
         ap.error("need --workers >= 2, --rate-mbit > 0, --byte-divisor >= 1")
+    if any(m not in MODES for m in modes):
+        ap.error(f"--modes: known modes are {','.join(MODES)}")
     layers = bench_layers(read_profile(args.profile), args.byte_divisor, args.compute_s)
-    out = {}
-    for mode in args.modes.split(","):
-        r = simulate_mode(mode, layers, workers=args.workers, rate_mbit=args.rate_mbit,
-                          step_latency_s=args.step_latency_us / 1e6, lanes=args.lanes,
-                          bucket_cap_mb=args.bucket_cap_mb)
-        out[mode] = {"iteration_s": r.iteration_s, "forward_wait_s": r.forward_wait_s}
-    if args.json:
-        print(json.dumps(out))
-    else:
-        for mode, r in out.items():
-            print(f"{mode:11s} {r['iteration_s']:.3f} s  (forward waits {r['forward_wait_s']:.3f} s)")
+    table = len(args.workers) > 1 or len(args.rate_mbit) > 1
+    if table and not args.json:
+        print("workers  Mbit/s " + " ".join(f"{m:>10s}" for m in modes)
+              + ("   priority gain vs fair / vs one lane" if {"priority", "lanes-fair", "one-lane"} <= set(modes)
+                 else ""))
+    for workers in args.workers:
+        for rate in args.rate_mbit:
+            out = {}
+            for mode in modes:
+                r = simulate_mode(mode, layers, workers=workers, rate_mbit=rate,
+                                  step_latency_s=args.step_latency_us / 1e6, lanes=args.lanes,
+                                  bucket_cap_mb=args.bucket_cap_mb)
+                out[mode] = {"iteration_s": r.iteration_s, "forward_wait_s": r.forward_wait_s}
+            if args.json:
+                print(json.dumps({"workers": workers, "rate_mbit": rate, "modes": out}))
+            elif table:
+                gain = ""
+                if {"priority", "lanes-fair", "one-lane"} <= set(out):
+                    p = out["priority"]["iteration_s"]
+                    gain = (f"   {out['lanes-fair']['iteration_s'] / p:.3f}x"
+                            f" / {out['one-lane']['iteration_s'] / p:.3f}x")
+                print(f"{workers:7d} {rate:7g} " + " ".join(f"{out[m]['iteration_s']:10.4f}" for m in modes) + gain)
+            else:
+                for mode, r in out.items():
+                    print(f"{mode:11s} {r['iteration_s']:.3f} s  (forward waits {r['forward_wait_s']:.3f} s)")
     return 0
 
 

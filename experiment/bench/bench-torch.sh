@@ -5,9 +5,11 @@
 # cluster (experiment/cluster.sh: one netns per worker on a bridge, tbf both
 # ways on every link), natively with the BPF datapath and one mercuryd per
 # worker. Modes side by side, interleaved in every repeat
-# (experiment/bench/torch_worker.py): DDP, mercury.torch on one lane, on lanes
-# with cubic, and on lanes with kernel priorities. Every baseline socket is
-# pinned to $BASELINE_CC per socket, never the host's default.
+# (experiment/bench/torch_worker.py): DDP (a grid of bucket sizes),
+# mercury.torch on one lane, on lanes with cubic, and on lanes with kernel
+# priorities. Every baseline socket is pinned to $BASELINE_CC per socket,
+# never the host's default. The report puts each mode beside its simulated
+# schedule (experiment/torchsim.py) and the bound.
 #
 #   1. emulated compute, 4 workers, at each of $RATES Mbit/s
 #   2. real compute, 2 workers, at $REAL_RATE Mbit/s (2 cores: CPU-bound;
@@ -27,7 +29,15 @@
 # RATES the points are communication = 2x, 1x and 0.5x compute. A ring link
 # check at each rate comes first and is reported.
 #
-# Output: OUT/bench-torch.jsonl (every run), OUT/bench-torch.{json,md,png}.
+# Diagnosis, not measurement: TRACE_DIR=DIR keeps every worker's per-bucket
+# timeline (MERCURY_TORCH_TRACE); FLOW_SAMPLES=DIR samples worker 0's
+# connections with ss throughout each point (experiment/bench/flow-sampler.py;
+# `flow-sampler.py timeline FILE --peer 10.3.0.13` prints what each rank
+# sent to its ring neighbour, interval by interval).
+#
+# Output: OUT/bench-torch.jsonl (every run), OUT/bench-torch.{json,md,png};
+# OUT/bench-torch-stats.txt: the datapath's counters as worker 0 sees them
+# after each point (`mercuryctl stats`; they accumulate over the points).
 # usage: bench-torch.sh OUT_DIR    (as root)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,7 +46,7 @@ bin=$top/build/user/bin:$top/build/user/tests/bin
 export PATH=$bin:$PATH
 . "$top/scripts/bpf-loader.sh"
 
-MODELS=${MODELS:-${MODEL:-"vgg16 resnet50 alexnet resnet18"}}
+MODELS=${MODELS:-${MODEL:-"vgg16 bert-base resnet50 alexnet resnet18"}}
 RATES=${RATES:-"25 50 100"}
 BYTE_DIVISOR=${BYTE_DIVISOR:-auto}
 BALANCE_MBIT=${BALANCE_MBIT:-50}
@@ -48,7 +58,9 @@ WARMUP=${WARMUP:-2}
 ITERATIONS=${ITERATIONS:-5}
 BASELINE_CC=${BASELINE_CC:-cubic}
 REAL_RATE=${REAL_RATE:-800}
-MODES=${MODES:-ddp,one-lane,lanes-cubic,full}
+# DDP tuned on a grid of bucket_cap_mb (of the real model; see torch_worker.py):
+# the report pairs every "vs DDP" with the best of them at each point.
+MODES=${MODES:-ddp@5,ddp@25,ddp@100,one-lane,lanes-cubic,full}
 LANES=${LANES:-8}
 # The datapath's delay threshold for yielding (DELAY_THRESH_US): its
 # default, 1000 µs, unscaled. The emulation keeps times and shrinks bytes,
@@ -68,6 +80,7 @@ runs=$out/bench-torch.jsonl
 log=$out/bench-torch.log
 : >"$log"
 : >"$out/bench-torch-links.txt"
+: >"$out/bench-torch-stats.txt"
 agents=()
 cleanup() {
 	for pid in "${agents[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -125,6 +138,15 @@ run_point() {
 		for _ in $(seq 100); do [ -S "/run/mercury-bench-w$i.sock" ] && break; sleep 0.05; done
 		ip netns exec "mc-w$i" mercuryctl params "delay_thresh_us=$thresh" >/dev/null
 	done
+	local sampler= name=model prev= a
+	for a in "$@"; do [ "$prev" = --model ] && name=$a; prev=$a; done
+	if [ -n "${FLOW_SAMPLES:-}" ]; then
+		mkdir -p "$FLOW_SAMPLES"
+		ip netns exec mc-w0 /usr/bin/python3 "$top/experiment/bench/flow-sampler.py" sample \
+			"$FLOW_SAMPLES/flows-$label-$name-$rate.jsonl" \
+			--agent /run/mercury-bench-w0.sock &
+		sampler=$!
+	fi
 	echo "bench-torch: $label: $workers workers at $rate Mbit/s"
 	for i in $(seq 0 $((workers - 1))); do
 		ip netns exec "mc-w$i" env MERCURY_SOCKET="/run/mercury-bench-w$i.sock" MERCURY_JOB=bench \
@@ -138,6 +160,9 @@ run_point() {
 	done
 	local rc=0
 	for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+	[ -z "$sampler" ] || { kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true; }
+	# Worker 0's datapath counters over the point (holds, yields, losses...).
+	{ echo "== $label $name $rate Mbit/s"; ip netns exec mc-w0 mercuryctl stats 2>&1; } >>"$out/bench-torch-stats.txt"
 	for pid in "${agents[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
 	agents=()
 	[ $rc = 0 ] || { echo "bench-torch: $label at $rate Mbit/s failed (see $log)" >&2; exit 1; }

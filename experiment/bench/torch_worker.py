@@ -18,6 +18,10 @@ Modes, interleaved within each repeat, each on a fresh model:
   one-lane    mercury.torch with 1 lane on the baseline CC (overlap only)
   lanes-cubic mercury.torch with --lanes lanes on the baseline CC (no priorities)
   full        mercury.torch with --lanes lanes on mercury (kernel priorities)
+  ddp@N       torch DDP with bucket_cap_mb N for the real model: N and DDP's
+              1 MB first bucket are divided by --byte-divisor like the
+              tensors (plain ddp keeps torch's defaults on the shrunk model);
+              a grid of these is DDP tuned as its users would
 Prints one JSON line per measured run.
 """
 from __future__ import annotations
@@ -175,6 +179,17 @@ class EmulatedModel(nn.Module):
         return x
 
 
+def ddp_cap_mb(mode: str) -> float:
+    """N of a mode ddp@N (MB, for the real model)."""
+    try:
+        cap = float(mode[len("ddp@"):])
+    except ValueError:
+        cap = 0.0
+    if not mode.startswith("ddp@") or not cap > 0:
+        raise SystemExit(f"torch_worker: {mode!r}: expected ddp@N with N > 0 (MB)")
+    return cap
+
+
 def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
     clip = mode.endswith("-clip")
     mode = mode[:-len("-clip")] if clip else mode
@@ -189,12 +204,21 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
         y = torch.randint(0, 10, (args.batch,))
     loss_fn = nn.CrossEntropyLoss()
     opt_base = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    if mode == "ddp":
+    if mode == "ddp" or mode.startswith("ddp@"):
         before = mt.find_tcp_sockets()
         group = dist.new_group()
         dist.barrier(group=group)
         mt.pin_congestion_control([fd for fd in mt.find_tcp_sockets() if fd not in before], args.baseline_cc)
-        net = nn.parallel.DistributedDataParallel(model, process_group=group)
+        if mode == "ddp":
+            net = nn.parallel.DistributedDataParallel(model, process_group=group)
+        else:
+            first = dist._DEFAULT_FIRST_BUCKET_BYTES   # read by DDP's constructor
+            try:
+                dist._DEFAULT_FIRST_BUCKET_BYTES = max(1, first // args.byte_divisor)
+                net = nn.parallel.DistributedDataParallel(model, process_group=group,
+                                                          bucket_cap_mb=ddp_cap_mb(mode) / args.byte_divisor)
+            finally:
+                dist._DEFAULT_FIRST_BUCKET_BYTES = first
         opt = opt_base
     else:
         lanes = 1 if mode == "one-lane" else args.lanes
@@ -226,16 +250,14 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
     elapsed = time.perf_counter() - t0
     c1 = os.times()
     one_step()
-    if mode != "ddp":
-        opt.synchronize()
-    waited = getattr(opt, "wait_s", None)
-    if mode != "ddp":
-        opt.close()
+    waited = None
+    if isinstance(opt, mt.DistributedOptimizer):
+        opt.close()   # synchronizes first
+        waited = opt.wait_s / (args.warmup + args.iterations + 1)
     else:
         del net
         dist.destroy_process_group(group)
-    return {"iteration_s": elapsed / args.iterations,
-            "wait_s": waited / (args.iterations + args.warmup) if waited is not None else None,
+    return {"iteration_s": elapsed / args.iterations, "wait_s": waited,
             "cpu_util": ((c1.user - c0.user) + (c1.system - c0.system)) / elapsed}
 
 
@@ -299,7 +321,10 @@ def main() -> int:
     compute_s = sum(f + b for f, b, _ in times) * args.compute_scale if args.compute == "emulated" else None
     step_latency_s = ring_step_latency(args.world)
     modes = args.modes.split(",")
-    unknown = [m for m in modes if m not in MODES + CLIP_MODES]
+    for m in modes:
+        if m.startswith("ddp@"):
+            ddp_cap_mb(m)
+    unknown = [m for m in modes if m not in MODES + CLIP_MODES and not m.startswith("ddp@")]
     if unknown:
         raise SystemExit(f"torch_worker: unknown modes {unknown}; known: {MODES + CLIP_MODES}")
     for rep in range(args.repeats):

@@ -37,6 +37,18 @@ add_host() {
 	[ "$limit" -ge 131072 ] || limit=131072
 	$TC -n "mc-$1" qdisc add dev eth0 root tbf rate "${3}mbit" burst 16kb limit "$limit"
 	$TC -n mc-sw qdisc add dev "p-$1" root tbf rate "${3}mbit" burst 16kb limit "$limit"
+	# The host's default congestion control is copied into every new netns,
+	# and every socket starts with it before the experiment sets its own. A
+	# bbr default leaves each socket's internal pacing switched on after the
+	# switch (bbr asks for it in init(), nothing takes it back), paced at
+	# 1.2 x cwnd / srtt: a flow back from a hold, with a small window and an
+	# RTT inflated by the queue it waited behind, then crawls for tens of
+	# milliseconds. reno is always allowed in a netns: set it, read it back.
+	$IP netns exec "mc-$1" sh -c 'echo reno > /proc/sys/net/ipv4/tcp_congestion_control'
+	[ "$($IP netns exec "mc-$1" cat /proc/sys/net/ipv4/tcp_congestion_control)" = reno ] || {
+		echo "cluster.sh: mc-$1: cannot make reno the default congestion control" >&2
+		exit 1
+	}
 }
 
 up() {

@@ -74,7 +74,7 @@ REAL_REPEATS=${REAL_REPEATS:-3}
 
 # Every mode opens process groups of its own (closed again after it).
 ulimit -n "$(ulimit -Hn)"
-mkdir -p "$out"
+mkdir -p "$out" ${TRACE_DIR:+"$TRACE_DIR"}
 runs=$out/bench-torch.jsonl
 : >"$runs"
 log=$out/bench-torch.log

@@ -14,7 +14,8 @@ with --agent, {"t", "ranks": {local address: rank}} from ``mercuryctl
 flows``. ``ss`` itself takes some milliseconds per sample and some CPU: a
 sampled run is for explaining, not for measuring. ``timeline`` prints, per
 interval between two samples, the link's throughput and each ranked flow's
-share, window, packets in flight, bytes unsent and RTT ("r?" for flows
+share, window, packets in flight, bytes unsent, RTT and the peer's
+receive window ("r?" for flows
 mercuryd does not know, such as lanes on cubic; with --peer, flows to that
 address only: in a ring, the neighbour this worker sends to).
 """
@@ -30,7 +31,8 @@ import time
 from typing import Dict, List
 
 FIELDS = {"cwnd": int, "unacked": int, "notsent": int, "bytes_acked": int, "bytes_sent": int,
-          "ssthresh": int, "retrans": str, "delivery_rate": str}
+          "ssthresh": int, "retrans": str, "delivery_rate": str, "snd_wnd": int,
+          "rwnd_limited": str, "sndbuf_limited": str}
 RTT = re.compile(r"\brtt:([\d.]+)/")
 
 
@@ -125,7 +127,7 @@ def timeline(args: argparse.Namespace) -> int:
                 if acked > 0 or f.get("unacked", 0) or f.get("notsent", 0):
                     parts.append(f"r{rank_of.get(local, '?')} {acked * 8 / dt / 1e6:5.1f} cwnd {f.get('cwnd', 0):3d} "
                                  f"out {f.get('unacked', 0):3d} unsent {f.get('notsent', 0) // 1000:4d}k "
-                                 f"rtt {f.get('rtt_ms', 0):5.1f}")
+                                 f"rtt {f.get('rtt_ms', 0):5.1f} wnd {f.get('snd_wnd', 0) // 1000:4d}k")
             print(f"{rec['t']:.3f} {total * 8 / dt / 1e6:6.1f} Mbit/s | " + " | ".join(parts))
         prev = (rec["t"], cur)
     return 0

@@ -4,7 +4,7 @@ TCP connections, which the kernel can then tell apart."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 import torch
 import torch.distributed as dist
@@ -44,6 +44,7 @@ class Lanes:
         if not 1 <= n <= MAX_LANES:
             raise ValueError(f"lanes must be 1..{MAX_LANES}, not {n}")
         self.lanes: List[Lane] = []
+        self.previous_cc: Set[str] = set()
         for _ in range(n):
             before = find_tcp_sockets()
             group = dist.new_group()
@@ -52,9 +53,10 @@ class Lanes:
             self.lanes.append(Lane(group, {fd: c for fd, c in after.items() if fd not in before}))
 
     def pin(self, cc: str) -> Optional[str]:
-        """Sets congestion control ``cc`` on every lane socket; the error, if any."""
+        """Sets congestion control ``cc`` on every lane socket; the error, if
+        any. ``self.previous_cc``: what the sockets had before."""
         try:
-            pin_congestion_control([fd for lane in self.lanes for fd in lane.sockets], cc)
+            self.previous_cc = pin_congestion_control([fd for lane in self.lanes for fd in lane.sockets], cc)
         except OSError as e:
             return f"cannot set congestion control {cc!r} on the lanes' sockets: {e}"
         return None

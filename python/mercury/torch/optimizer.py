@@ -41,7 +41,7 @@ import mercury
 from mercury.contract import MAX_LANES, NUM_RANKS, rank_lane
 from mercury.torch._guard import GuardedGrad, guard
 from mercury.torch.lanes import Lanes, all_true
-from mercury.torch.sockets import available_congestion_controls
+from mercury.torch.sockets import available_congestion_controls, pacing_left_by
 
 __all__ = ["DistributedOptimizer", "DEFAULT_LANES", "DEFAULT_BUCKET_BYTES", "DEFAULT_RESYNC_EVERY"]
 
@@ -213,6 +213,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self.reason_single_lane and lanes > 1:
             warnings.warn(f"mercury.torch: training on a single lane without priorities: {self.reason_single_lane}",
                           RuntimeWarning, stacklevel=2)
+        paced = pacing_left_by(self.lanes.previous_cc, congestion_control) if len(self.lanes) > 1 else None
+        if paced:
+            warnings.warn(f"mercury.torch: {paced}", RuntimeWarning, stacklevel=2)
         if len(self.lanes) > 1:
             self.lanes.register(self.client)
         # As DDP: every replica starts from worker 0's parameters and buffers.

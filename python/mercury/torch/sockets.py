@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence, Set
 
 from mercury.contract import SO_COOKIE
 
-__all__ = ["find_tcp_sockets", "pin_congestion_control"]
+__all__ = ["find_tcp_sockets", "pin_congestion_control", "pacing_left_by"]
+
+# Congestion controls that ask for the kernel's internal pacing in their
+# init() (sk_pacing_status); a socket switched away from one stays paced.
+PACING_CCS = frozenset({"bbr", "bbr2", "bbr3"})
 
 
 def find_tcp_sockets() -> Dict[int, int]:
@@ -43,21 +47,44 @@ def find_tcp_sockets() -> Dict[int, int]:
     return found
 
 
-def pin_congestion_control(fds: Sequence[int], cc: str) -> None:
-    """Sets ``cc`` on each socket with TCP_CONGESTION and reads it back.
+def _congestion_control(s: socket.socket) -> str:
+    return s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0", 1)[0].decode()
+
+
+def pin_congestion_control(fds: Sequence[int], cc: str) -> Set[str]:
+    """Sets ``cc`` on each socket with TCP_CONGESTION and reads it back;
+    returns the congestion controls the sockets had before.
 
     Raises OSError if a socket refuses it (not available, or restricted by
     the administrator's net.ipv4.tcp_allowed_congestion_control).
     """
+    before: Set[str] = set()
     for fd in fds:
         s = socket.socket(fileno=os.dup(fd))
         try:
+            before.add(_congestion_control(s))
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
-            got = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0", 1)[0].decode()
+            got = _congestion_control(s)
             if got != cc:
                 raise OSError(f"socket {fd} reads back congestion control {got!r}, not {cc!r}")
         finally:
             s.close()
+    return before
+
+
+def pacing_left_by(before: Set[str], cc: str) -> Optional[str]:
+    """Why sockets switched from ``before`` to ``cc`` stay paced, or None.
+
+    bbr switches on the kernel's internal pacing in its init(), and a switch
+    to another congestion control leaves it on, at 1.2 x cwnd / srtt: a lane
+    released from a hold then crawls until its RTT estimate recovers.
+    """
+    left = sorted(before & PACING_CCS - {cc})
+    if not left:
+        return None
+    return (f"the connections started with congestion control {', '.join(left)} (this netns's default), which "
+            f"leaves the kernel's pacing on after the switch to {cc!r} and slows lanes coming back from a hold; "
+            "make mercury, cubic or reno the default (sysctl net.ipv4.tcp_congestion_control)")
 
 
 def available_congestion_controls() -> set:

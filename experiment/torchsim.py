@@ -43,7 +43,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 from mercury.contract import NUM_RANKS, rank_lane  # noqa: E402
@@ -70,13 +70,24 @@ class Bucket:
     lane: int           # lower: more urgent
 
 
-def read_profile(path: str) -> List[tuple]:
-    """(forward s, backward s, parameter bytes) per layer, forward order."""
+def read_profile(path: str) -> List[Tuple[float, float, int]]:
+    """(forward s, backward s, parameter bytes) per layer, forward order, from
+    the simple format: ``name forward_ms backward_ms param_bytes``, '#'
+    comments. Raises ValueError, naming the line, on anything else."""
     out = []
-    for line in open(path):
-        f = line.split("#", 1)[0].split()
-        if f:
-            out.append((float(f[1]) / 1e3, float(f[2]) / 1e3, int(f[3])))
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            fields = line.split("#", 1)[0].split()
+            if not fields:
+                continue
+            try:
+                if len(fields) != 4:
+                    raise ValueError("4 fields")
+                out.append((float(fields[1]) / 1e3, float(fields[2]) / 1e3, int(fields[3])))
+            except ValueError:
+                raise ValueError(f"{path}:{lineno}: expected name forward_ms backward_ms param_bytes") from None
+    if not out:
+        raise ValueError(f"{path}: no layers")
     return out
 
 

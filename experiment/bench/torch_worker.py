@@ -39,7 +39,9 @@ import torch.nn as nn
 import torchvision
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import mercury.torch as mt  # noqa: E402
+import torchsim  # noqa: E402
 
 MODES = ["ddp", "one-lane", "lanes-cubic", "full"]
 # Also known, not run by default: a mode with "-clip" clips the gradients
@@ -146,18 +148,11 @@ Timing = Tuple[float, float, int]
 
 
 def read_profile(path: str) -> List[Timing]:
-    """The simple profile format: name forward_ms backward_ms param_bytes; '#' comments."""
-    layers = []
-    for lineno, line in enumerate(open(path), 1):
-        fields = line.split("#", 1)[0].split()
-        if not fields:
-            continue
-        if len(fields) != 4:
-            raise SystemExit(f"torch_worker: {path}:{lineno}: expected name forward_ms backward_ms param_bytes")
-        layers.append((float(fields[1]) / 1e3, float(fields[2]) / 1e3, int(fields[3])))
-    if not layers:
-        raise SystemExit(f"torch_worker: {path}: no layers")
-    return layers
+    """The simple profile format, read as the simulator reads it."""
+    try:
+        return torchsim.read_profile(path)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"torch_worker: {e}")
 
 
 class EmulatedModel(nn.Module):

@@ -103,3 +103,17 @@ def test_priority_gains_where_the_front_layer_is_big() -> None:
     prio = torchsim.simulate_mode("priority", model, workers=4, rate_mbit=RATE_MBIT, step_latency_s=0.0003)
     assert prio.iteration_s < 0.95 * fair.iteration_s
     assert prio.forward_wait_s < fair.forward_wait_s
+
+
+def test_a_profile_is_read_or_refused_with_its_line(tmp_path) -> None:
+    good = tmp_path / "good.txt"
+    good.write_text("# name forward_ms backward_ms param_bytes\nconv 2 4 1000  # a comment\nrelu 0.5 0.5 0\n")
+    assert torchsim.read_profile(str(good)) == [(0.002, 0.004, 1000), (0.0005, 0.0005, 0)]
+    bad = tmp_path / "bad.txt"
+    bad.write_text("conv 2 4 1000\nfc 1 2\n")
+    with pytest.raises(ValueError, match=r"bad.txt:2: expected"):
+        torchsim.read_profile(str(bad))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing\n")
+    with pytest.raises(ValueError, match="no layers"):
+        torchsim.read_profile(str(empty))

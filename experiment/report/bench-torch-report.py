@@ -193,7 +193,7 @@ def main() -> int:
             notes.append(f"{p['setup']} {p['model']} at {p['rate_mbit']} Mbit/s: measured more than "
                          f"{SIM_TOLERANCE:.0%} off the simulated schedule: "
                          + ", ".join(f"{m} {p['modes'][m]['vs_simulated']:.2f}" for m in off))
-    text = table + "\n\n" + "\n".join(notes) + "\n"
+    text = summary_table(summary) + "\n\n" + table + "\n\n" + "\n".join(notes) + "\n"
     print(text)
     with open(prefix + ".md", "w") as f:
         f.write(text)
@@ -204,6 +204,35 @@ def main() -> int:
         print("FAIL: runs beat the lower bound:\n  " + "\n  ".join(violations))
         return 1
     return 0
+
+
+def summary_table(summary: List[dict]) -> str:
+    """One row per emulated point: each main mode's mean ± CI (simulated), and full's speedups."""
+    rows = ["| model | Mbit/s | comm : compute | DDP, tuned | one lane | 8 lanes, cubic | 8 lanes, mercury "
+            "| full vs DDP | vs one lane | vs cubic lanes | full ÷ bound |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in summary:
+        if not p["setup"].startswith("emulated"):
+            continue
+        modes = p["modes"]
+
+        def cell(mode: Optional[str]) -> str:
+            e = modes.get(mode) if mode else None
+            if not e:
+                return "—"
+            sim = f" ({e['simulated_s']:.3f})" if "simulated_s" in e else ""
+            return f"{e['mean_s']:.3f} ± {e['ci95_s']:.3f}{sim}"
+
+        def speedup(base: str) -> str:
+            v = modes.get("full", {}).get(f"speedup_vs_{base}")
+            return f"{v[0]:.2f}x ± {v[1]:.2f}" if v else "—"
+        tuned = p.get("ddp_tuned")
+        full = modes.get("full")
+        rows.append(f"| {p['model']} | {p['rate_mbit']} | {p['comm_bound_s'] / p['compute_s']:.1f} | "
+                    f"{cell(tuned)}{f' [{tuned}]' if tuned else ''} | {cell('one-lane')} | {cell('lanes-cubic')} | "
+                    f"{cell('full')} | {speedup('ddp')} | {speedup('one-lane')} | {speedup('lanes-cubic')} | "
+                    f"{full['vs_bound']:.2f} |" if full else f"| {p['model']} | {p['rate_mbit']} | (no full runs) |")
+    return "\n".join(rows)
 
 
 def targets(point: dict) -> Dict[str, bool]:

@@ -84,24 +84,20 @@ def ranks(agent: str) -> Dict[str, str]:
 
 
 def record(args: argparse.Namespace) -> int:
-    running = True
-
-    def stop(_signum: int, _frame: object) -> None:
-        nonlocal running
-        running = False
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)   # stop as on ^C, samples kept
     end = time.monotonic() + args.seconds if args.seconds > 0 else float("inf")
     next_ranks = 0.0
     with open(args.out, "a") as out:
-        while running and time.monotonic() < end:
-            t = time.monotonic()
-            if args.agent and t >= next_ranks:
-                out.write(json.dumps({"t": t, "ranks": ranks(args.agent)}) + "\n")
-                next_ranks = t + 1.0
-            out.write(json.dumps({"t": t, "flows": sample()}) + "\n")
-            time.sleep(args.interval)
+        try:
+            while time.monotonic() < end:
+                t = time.monotonic()
+                if args.agent and t >= next_ranks:
+                    out.write(json.dumps({"t": t, "ranks": ranks(args.agent)}) + "\n")
+                    next_ranks = t + 1.0
+                out.write(json.dumps({"t": t, "flows": sample()}) + "\n")
+                time.sleep(args.interval)
+        except KeyboardInterrupt:
+            pass
     return 0
 
 
@@ -109,7 +105,11 @@ def timeline(args: argparse.Namespace) -> int:
     rank_of: Dict[str, str] = {}
     prev = None
     for line in open(args.input):
-        rec = json.loads(line)
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue   # a line cut short when the sampler was stopped
+
         if "ranks" in rec:
             rank_of.update(rec["ranks"])
             continue

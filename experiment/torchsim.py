@@ -25,16 +25,19 @@ A bucket's ring all-reduce is 2(N-1) steps; in each the worker sends 1/N of
 the bucket and then waits `step_latency_s` (the round trip and Gloo's work
 between steps; the bench measures it on an idle link and passes it) before
 the next. Rings on the link share it as a fluid. A process group runs its
-collectives one at a time, in launch order. The compute is the profile's,
+collectives one at a time, in launch order (Gloo's has two worker threads
+and may run two at once). The compute is the profile's,
 forward then backward; the optimizer's step is free. An iteration is the
 steady state: from one step's start to the next's, as the bench times it.
 Left out: what TCP adds (slow start, a standing queue, losses, how fast a
 held flow takes the link back) and the framework's own time per layer, so
 measured runs may fall on either side of every schedule but the bound.
 
-usage: torchsim.py PROFILE --workers N --rate-mbit R --byte-divisor D
-                   --compute-s S [--step-latency-us U] [--lanes L] [--json]
-PROFILE is in the simple format (`mercury-replay layers` prints it).
+usage: torchsim.py PROFILE --workers N[,N...] --rate-mbit R[,R...] [--byte-divisor D]
+                   [--compute-s S] [--step-latency-us U] [--lanes L] [--modes M,...] [--json]
+PROFILE is in the simple format (`mercury-replay layers` prints it). Several
+workers or rates print a table with what ideal priority gains over fair
+lanes and over one lane.
 """
 from __future__ import annotations
 

@@ -239,16 +239,17 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
     # last measured one. The reductions still in flight then belong to the
     # next iteration, which training would overlap with its forward pass
     # (timing up to a final synchronize() charged that tail to the run).
-    t0, c0 = time.perf_counter(), os.times()
+    # Forward-pass waits over the same steps: not the warm-up's, nor the
+    # final synchronize() in close(), which waits for the last tail.
+    t0, c0, w0 = time.perf_counter(), os.times(), getattr(opt, "wait_s", None)
     for _ in range(args.iterations):
         one_step()
     elapsed = time.perf_counter() - t0
     c1 = os.times()
+    waited = (opt.wait_s - w0) / args.iterations if w0 is not None else None
     one_step()
-    waited = None
     if isinstance(opt, mt.DistributedOptimizer):
         opt.close()   # synchronizes first
-        waited = opt.wait_s / (args.warmup + args.iterations + 1)
     else:
         del net
         dist.destroy_process_group(group)

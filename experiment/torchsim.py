@@ -101,6 +101,28 @@ def bench_layers(profile: Sequence[tuple], divisor: int, compute_s: float) -> Li
     return [Layer(f * scale, b * scale, 4 * -(-n // 4 // divisor) if n else 0) for f, b, n in profile]
 
 
+@dataclass(frozen=True)
+class DdpSetting:
+    cap_mb: float        # bucket_cap_mb as DDP is given it
+    first_bytes: int     # DDP's first bucket (torch: _DEFAULT_FIRST_BUCKET_BYTES)
+
+
+def ddp_setting(mode: str, divisor: int) -> Optional[DdpSetting]:
+    """What the bench mode ``ddp@N`` gives DDP on a model shrunk by
+    ``divisor``: bucket_cap_mb N of the real model and DDP's 1 MiB first
+    bucket, both divided like the tensors. None for any other mode;
+    ValueError for a ``ddp@`` without a positive N."""
+    if not mode.startswith("ddp@"):
+        return None
+    try:
+        cap = float(mode[len("ddp@"):])
+    except ValueError:
+        cap = 0.0
+    if not cap > 0:
+        raise ValueError(f"{mode!r}: expected ddp@N with N > 0 (MB of the real model)")
+    return DdpSetting(cap / divisor, max(1, DDP_FIRST_BUCKET_BYTES // divisor))
+
+
 def ddp_buckets(layers: Sequence[Layer], cap_mb: float = DDP_BUCKET_CAP_MB,
                 first_bytes: int = DDP_FIRST_BUCKET_BYTES) -> List[Bucket]:
     """DDP's buckets: parameters in reverse order, the first bucket up to

@@ -174,17 +174,6 @@ class EmulatedModel(nn.Module):
         return x
 
 
-def ddp_cap_mb(mode: str) -> float:
-    """N of a mode ddp@N (MB, for the real model)."""
-    try:
-        cap = float(mode[len("ddp@"):])
-    except ValueError:
-        cap = 0.0
-    if not mode.startswith("ddp@") or not cap > 0:
-        raise SystemExit(f"torch_worker: {mode!r}: expected ddp@N with N > 0 (MB)")
-    return cap
-
-
 def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
     clip = mode.endswith("-clip")
     mode = mode[:-len("-clip")] if clip else mode
@@ -204,14 +193,14 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
         group = dist.new_group()
         dist.barrier(group=group)
         mt.pin_congestion_control([fd for fd in mt.find_tcp_sockets() if fd not in before], args.baseline_cc)
-        if mode == "ddp":
+        setting = torchsim.ddp_setting(mode, args.byte_divisor)
+        if setting is None:
             net = nn.parallel.DistributedDataParallel(model, process_group=group)
         else:
             first = dist._DEFAULT_FIRST_BUCKET_BYTES   # read by DDP's constructor
             try:
-                dist._DEFAULT_FIRST_BUCKET_BYTES = max(1, first // args.byte_divisor)
-                net = nn.parallel.DistributedDataParallel(model, process_group=group,
-                                                          bucket_cap_mb=ddp_cap_mb(mode) / args.byte_divisor)
+                dist._DEFAULT_FIRST_BUCKET_BYTES = setting.first_bytes
+                net = nn.parallel.DistributedDataParallel(model, process_group=group, bucket_cap_mb=setting.cap_mb)
             finally:
                 dist._DEFAULT_FIRST_BUCKET_BYTES = first
         opt = opt_base
@@ -317,10 +306,11 @@ def main() -> int:
     compute_s = sum(f + b for f, b, _ in times) * args.compute_scale if args.compute == "emulated" else None
     step_latency_s = ring_step_latency(args.world)
     modes = args.modes.split(",")
-    for m in modes:
-        if m.startswith("ddp@"):
-            ddp_cap_mb(m)
-    unknown = [m for m in modes if m not in MODES + CLIP_MODES and not m.startswith("ddp@")]
+    try:
+        grid = [m for m in modes if torchsim.ddp_setting(m, args.byte_divisor)]
+    except ValueError as e:
+        raise SystemExit(f"torch_worker: {e}")
+    unknown = [m for m in modes if m not in MODES + CLIP_MODES + grid]
     if unknown:
         raise SystemExit(f"torch_worker: unknown modes {unknown}; known: {MODES + CLIP_MODES}")
     for rep in range(args.repeats):

@@ -59,11 +59,6 @@ def lower_bound(run: dict) -> Tuple[float, float]:
     return max(run["compute_s"] or 0.0, comm), comm
 
 
-def ddp_cap_mb(mode: str) -> Optional[float]:
-    """N of a mode ddp@N (bucket_cap_mb for the real model), else None."""
-    return float(mode[len("ddp@"):]) if mode.startswith("ddp@") else None
-
-
 def simulated(run: dict, step_latency_s: float, modes: List[str],
               busy_s: Optional[float]) -> Optional[Dict[str, float]]:
     """Each torchsim mode's iteration time for this point, and each ddp@N
@@ -82,17 +77,19 @@ def simulated(run: dict, step_latency_s: float, modes: List[str],
     out = {m: torchsim.simulate_mode(m, layers, **kw).iteration_s for m in torchsim.MODES if m != "bound"}
     out["bound"] = torchsim.simulate_mode("bound", bare, **kw).iteration_s
     for mode in modes:
-        cap = ddp_cap_mb(mode)
-        if cap:
-            out[mode] = torchsim.simulate_mode(
-                "ddp", layers, bucket_cap_mb=cap / run["byte_divisor"],
-                ddp_first_bytes=max(1, torchsim.DDP_FIRST_BUCKET_BYTES // run["byte_divisor"]), **kw).iteration_s
+        setting = torchsim.ddp_setting(mode, run["byte_divisor"])
+        if setting:
+            out[mode] = torchsim.simulate_mode("ddp", layers, bucket_cap_mb=setting.cap_mb,
+                                               ddp_first_bytes=setting.first_bytes, **kw).iteration_s
     return out
 
 
 def ordered(modes) -> List[str]:
     """DDP settings first (torch's defaults, then the grid by cap), then the others in MODES order."""
-    ddp = sorted((m for m in modes if m == "ddp" or m.startswith("ddp@")), key=lambda m: ddp_cap_mb(m) or 0.0)
+    def cap(m: str) -> float:
+        setting = torchsim.ddp_setting(m, 1)
+        return setting.cap_mb if setting else 0.0
+    ddp = sorted((m for m in modes if m == "ddp" or m.startswith("ddp@")), key=cap)
     return ddp + [m for m in MODES[1:] + CLIP_MODES if m in modes]
 
 

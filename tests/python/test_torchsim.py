@@ -42,6 +42,7 @@ def test_ddp_buckets_are_the_reducers() -> None:
     model = [torchsim.Layer(0.0, 0.0, n) for n in sizes]
     tensors = [torch.empty(n // 4) for n in reversed(sizes)]
     cap = 25 << 20
+    assert torchsim.DDP_FIRST_BUCKET_BYTES == dist._DEFAULT_FIRST_BUCKET_BYTES
     torch_buckets, _ = dist._compute_bucket_assignment_by_size(tensors, [torchsim.DDP_FIRST_BUCKET_BYTES, cap])
     expected = sorted(sorted(len(sizes) - 1 - i for i in b) for b in torch_buckets)
     assert sorted(sorted(b.layers) for b in torchsim.ddp_buckets(model, cap / (1 << 20))) == expected
@@ -117,3 +118,12 @@ def test_a_profile_is_read_or_refused_with_its_line(tmp_path) -> None:
     empty.write_text("# nothing\n")
     with pytest.raises(ValueError, match="no layers"):
         torchsim.read_profile(str(empty))
+
+
+def test_a_ddp_grid_mode_is_scaled_like_the_tensors() -> None:
+    assert torchsim.ddp_setting("ddp", 100) is None and torchsim.ddp_setting("full", 100) is None
+    setting = torchsim.ddp_setting("ddp@25", 100)
+    assert setting.cap_mb == 0.25 and setting.first_bytes == (1 << 20) // 100
+    for bad in ("ddp@", "ddp@0", "ddp@-5", "ddp@x"):
+        with pytest.raises(ValueError, match="ddp@N"):
+            torchsim.ddp_setting(bad, 1)

@@ -213,10 +213,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self.reason_single_lane and lanes > 1:
             warnings.warn(f"mercury.torch: training on a single lane without priorities: {self.reason_single_lane}",
                           RuntimeWarning, stacklevel=2)
-        paced = pacing_left_by(self.lanes.previous_cc, congestion_control) if len(self.lanes) > 1 else None
-        if paced:
-            warnings.warn(f"mercury.torch: {paced}", RuntimeWarning, stacklevel=2)
         if len(self.lanes) > 1:
+            paced = pacing_left_by(self.lanes.previous_cc, congestion_control)
+            if paced:
+                warnings.warn(f"mercury.torch: {paced}", RuntimeWarning, stacklevel=2)
             self.lanes.register(self.client)
         # As DDP: every replica starts from worker 0's parameters and buffers.
         with torch.no_grad():

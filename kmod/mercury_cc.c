@@ -200,6 +200,15 @@ static inline u32 mercury_reno_undo_cwnd(struct sock *sk)
 	return tcp_reno_undo_cwnd(sk);
 }
 
+/* Only a CC's request (NEEDED), never a user's SO_MAX_PACING_RATE or fq's. */
+static inline bool mercury_drop_inherited_pacing(struct sock *sk)
+{
+	if (READ_ONCE(sk->sk_max_pacing_rate) != ~0UL)
+		return false;
+	return cmpxchg(&sk->sk_pacing_status, SK_PACING_NEEDED,
+		       SK_PACING_NONE) == SK_PACING_NEEDED;
+}
+
 static void mercury_refresh_prio(struct sock *sk, struct mercury_sock *ca,
 				 struct mercury_ctx *x)
 {

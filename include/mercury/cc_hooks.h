@@ -31,6 +31,7 @@
  *   mercury_snd_cwnd(tp), mercury_set_snd_cwnd(tp, v), mercury_min_rtt(tp),
  *   mercury_in_reduction(sk), mercury_has_data(sk), mercury_cwnd_limited(sk),
  *   mercury_ca_state(sk), mercury_clock_us(), mercury_reno_undo_cwnd(sk)
+ *   mercury_drop_inherited_pacing(sk)   see mercury_do_init()
  *                             the kernel's TCP state, as each datapath may
  *                             read it
  */
@@ -64,6 +65,16 @@ MERCURY_HOOK void mercury_do_init(struct sock *sk, struct mercury_sock *ca)
 	ca->table_gen = mercury_table_gen(&x) - 1;	/* force a lookup */
 	mercury_refresh_prio(sk, ca, &x);
 	MERCURY_COUNT(&x, FLOWS_INIT);
+	/*
+	 * A socket switched to mercury from bbr keeps the internal pacing
+	 * bbr's init() asked for (the kernel clears it only when the socket
+	 * closes): a lane released from a hold was then paced at 1.2 x cwnd /
+	 * srtt with srtt still inflated by the hold, and crept (bench-torch,
+	 * BERT-base: 2-6 Mbit/s of 50 for 65 ms). Mercury does not pace; a
+	 * user's SO_MAX_PACING_RATE and fq's own pacing are left alone.
+	 */
+	if (mercury_drop_inherited_pacing(sk))
+		MERCURY_COUNT(&x, PACING_CLEARED);
 }
 
 /* Hooks can run before init() (passive open); make state valid first. */

@@ -164,7 +164,8 @@ enum mercury_param {
 	X(HELD_IN_RECOVERY, held_in_recovery)			\
 	X(HOLD_LEAKS, hold_leaks)				\
 	X(YIELD_GRANTS, yield_grants)				\
-	X(JOB_CUTS, job_cuts)
+	X(JOB_CUTS, job_cuts)					\
+	X(PACING_CLEARED, pacing_cleared)
 
 /* Counters of this netns (u64) unless marked global. The numbers are ABI:
  * a new attribute goes last. */
@@ -193,6 +194,8 @@ enum mercury_stat {
 					 * yielded for max_hold_ms (version 2) */
 	MERCURY_STAT_JOB_CUTS,		/* back-offs with another flow of the
 					 * job that lost a packet (version 2) */
+	MERCURY_STAT_PACING_CLEARED,	/* flows whose previous CC's request
+					 * for internal pacing was dropped */
 
 	__MERCURY_STAT_MAX,
 	MERCURY_STAT_MAX = __MERCURY_STAT_MAX - 1

@@ -415,6 +415,23 @@ static __always_inline __u32 mercury_reno_undo_cwnd(struct sock *sk)
 	return tp->snd_cwnd > tp->prior_cwnd ? tp->snd_cwnd : tp->prior_cwnd;
 }
 
+/*
+ * Cleared by the loader where the kernel refuses a BPF CC's write of
+ * sk_pacing_status (before 6.0); the verifier then prunes the write.
+ */
+const volatile bool mercury_may_write_pacing = true;
+
+/* Only a CC's request (NEEDED), never a user's SO_MAX_PACING_RATE or fq's.
+ * No cmpxchg on a kernel struct here: fq, racing, sets FQ again next packet. */
+static __always_inline int mercury_drop_inherited_pacing(struct sock *sk)
+{
+	if (!mercury_may_write_pacing || sk->sk_max_pacing_rate != ~0UL ||
+	    sk->sk_pacing_status != SK_PACING_NEEDED)
+		return 0;
+	sk->sk_pacing_status = SK_PACING_NONE;
+	return 1;
+}
+
 static __always_inline void mercury_refresh_prio(struct sock *sk,
 						 struct mercury_sock *ca,
 						 struct mercury_ctx *x)

@@ -31,6 +31,27 @@ test_select_socket() {
 	expect select/per-socket "TCP_CONGESTION gives $a, neighbour keeps $b" [ "$a" = mercury -a "$b" = reno ]
 }
 
+# A connection switched to mercury once established (as mercury.torch switches
+# a framework's sockets) drops the internal pacing its previous CC asked for
+# (bbr does, in its init(); --pacing asked leaves a socket in that state
+# without needing bbr), and keeps a user's SO_MAX_PACING_RATE.
+test_select_drops_pacing() {
+	topo_same_host
+	set_default_cc h1 reno
+	local before asked capped plain
+	before=$(stat_of h1 pacing_cleared)
+	flow h1 asked --seconds 0.3 --pacing asked --cc-after-connect mercury
+	wait_flows
+	asked=$(($(stat_of h1 pacing_cleared) - before))
+	flow h1 capped --seconds 0.3 --pacing capped --cc-after-connect mercury
+	flow h1 plain --seconds 0.3 --cc-after-connect mercury
+	wait_flows
+	capped=$(($(stat_of h1 pacing_cleared) - before - asked))
+	expect select/drops-inherited-pacing "pacing_cleared +$asked for the switched socket ($(result_field /tmp/flow-asked cc))" \
+		[ "$asked" = 1 -a "$(result_field /tmp/flow-asked cc)" = mercury ]
+	expect select/keeps-user-pacing "pacing_cleared +$capped for a capped and an unpaced socket" [ "$capped" = 0 ]
+}
+
 # fair_pair CC LABEL: two flows of CC from host a through the router queue.
 fair_pair() {
 	# 8 s: a few hundred congestion epochs on a 5 ms queue.
@@ -379,6 +400,6 @@ test_refresh_in_place() {
 	expect table/change-applied "tag 7 at rank $rank" [ "$rank" = 1 ]
 }
 
-BEHAVIOUR_TESTS="select_sysctl select_socket fair_untagged precedence_same_host hold_through_loss weights cross_host
+BEHAVIOUR_TESTS="select_sysctl select_socket select_drops_pacing fair_untagged precedence_same_host hold_through_loss weights cross_host
 	retag_midflight flow_entries expiry starvation_guard bad_input refresh_in_place unprivileged_select
 	netns_limit"

@@ -5,6 +5,7 @@
 //   mercury-flow client --connect ADDR:PORT [--cc NAME] [--prio N] [--seconds S]
 //                       [--interval-ms MS] [--label L] [--uid UID] [--connections N]
 //                       [--wait-signal] [--flow-rank R] [--chunk BYTES]
+//                       [--pacing asked|capped] [--cc-after-connect NAME]
 //
 // The client sends as fast as the socket takes data and prints, as key=value
 // lines: "connected ..." once connected (local endpoint, SO_COOKIE, CC), a
@@ -18,7 +19,11 @@
 // sends only once it gets SIGUSR1 (a test's "now", with no handshake delay;
 // "connected" gives the pid; it gives up after 60 s). With --flow-rank R it
 // gives every connection a per-flow entry (by cookie, rank R) through the
-// running datapath before sending, and prints "entries=N".
+// running datapath before sending, and prints "entries=N". --pacing asked
+// leaves the socket asking for the kernel's internal pacing with no cap, as
+// bbr's init() does (SO_MAX_PACING_RATE set, then set back to unlimited);
+// --pacing capped keeps a cap (a user's pacing). --cc-after-connect switches
+// the established connection's CC, as a framework's sockets are switched.
 #include <arpa/inet.h>
 #include <linux/inet_diag.h>
 #include <linux/tcp.h>
@@ -131,6 +136,8 @@ struct Options {
     bool wait_signal = false;
     std::optional<uint8_t> flow_rank;
     uint32_t chunk = 1 << 16;   // bytes per send()
+    std::string pacing;          // "", "asked" or "capped"
+    std::string cc_after_connect;
 };
 
 Options parse(int argc, char** argv)
@@ -139,7 +146,7 @@ Options parse(int argc, char** argv)
     if (argc < 2)
         die("usage: mercury-flow server --port P | client --connect ADDR:PORT [--cc NAME] [--prio N] "
             "[--seconds S] [--interval-ms MS] [--label L] [--uid UID] [--connections N] [--wait-signal] "
-            "[--flow-rank R] [--chunk BYTES]");
+            "[--flow-rank R] [--chunk BYTES] [--pacing asked|capped] [--cc-after-connect NAME]");
     o.mode = argv[1];
     for (int i = 2; i < argc; ++i) {
         const std::string_view a = argv[i];
@@ -174,6 +181,12 @@ Options parse(int argc, char** argv)
             o.flow_rank = number<uint8_t>(value(), "rank");
         else if (a == "--connections")
             o.connections = number<uint32_t>(value(), "connections");
+        else if (a == "--pacing") {
+            o.pacing = value();
+            if (o.pacing != "asked" && o.pacing != "capped")
+                die("--pacing takes asked or capped");
+        } else if (a == "--cc-after-connect")
+            o.cc_after_connect = value();
         else
             die("unknown option " + std::string(a));
     }
@@ -301,8 +314,20 @@ mercury::UniqueFd open_connection(const Options& o, const mercury::Endpoint& rem
 
     socklen_t len = 0;
     const auto addr = to_sockaddr(remote, len);
+    if (!o.pacing.empty()) {
+        const unsigned int gbit = 125000000;   // bytes/s
+        if (setsockopt(sock.get(), SOL_SOCKET, SO_MAX_PACING_RATE, &gbit, sizeof(gbit)) < 0)
+            die_errno("SO_MAX_PACING_RATE");
+        const unsigned int unlimited = ~0U;
+        if (o.pacing == "asked" &&
+            setsockopt(sock.get(), SOL_SOCKET, SO_MAX_PACING_RATE, &unlimited, sizeof(unlimited)) < 0)
+            die_errno("SO_MAX_PACING_RATE");
+    }
     if (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), len) < 0)
         die_errno("connect " + remote.to_string());
+    if (!o.cc_after_connect.empty() && setsockopt(sock.get(), IPPROTO_TCP, TCP_CONGESTION, o.cc_after_connect.data(),
+                                                  o.cc_after_connect.size()) < 0)
+        die_errno("TCP_CONGESTION " + o.cc_after_connect);
     return sock;
 }
 

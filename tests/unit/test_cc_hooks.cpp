@@ -18,7 +18,7 @@ enum { TCP_CA_Open = 0, TCP_CA_Disorder = 1, TCP_CA_CWR = 2, TCP_CA_Recovery = 3
 
 enum Event {
     FLOWS_INIT, FLOWS_RELEASED, HOLDS, RELEASES, STARVE_GRANTS, DELAY_BACKOFFS, LOSS_EVENTS, CWND_FIXUPS,
-    HELD_IN_RECOVERY, HOLD_LEAKS, YIELD_GRANTS, JOB_CUTS, RECOVERIES, RECOVERIES_FROM_CWR, EVENTS
+    HELD_IN_RECOVERY, HOLD_LEAKS, YIELD_GRANTS, JOB_CUTS, PACING_CLEARED, RECOVERIES, RECOVERIES_FROM_CWR, EVENTS
 };
 
 struct mercury_sock {
@@ -51,6 +51,7 @@ struct sock {
     Netns* ns = nullptr;
     __u8 rank = MERCURY_RANK_NONE, ca_state = TCP_CA_Open;
     bool has_data = true, cwnd_limited = true;
+    bool pacing_needed = false, max_pacing_rate_set = false;   // sk_pacing_status, SO_MAX_PACING_RATE
 };
 
 struct mercury_ctx {
@@ -94,6 +95,13 @@ __u8 mercury_ca_state(const sock* sk) { return sk->ca_state; }
 __u64 now_us = 1'000'000;
 __u64 mercury_clock_us() { return now_us; }
 __u32 mercury_reno_undo_cwnd(sock* sk) { return std::max(sk->tp.snd_cwnd, sk->tp.prior_cwnd); }
+bool mercury_drop_inherited_pacing(sock* sk)
+{
+    if (sk->max_pacing_rate_set || !sk->pacing_needed)
+        return false;
+    sk->pacing_needed = false;
+    return true;
+}
 
 #define MERCURY_HOOK static inline
 #define MERCURY_COUNT(x, ev) (++(x)->ns->counters[ev])
@@ -145,6 +153,21 @@ TEST_CASE("hooks: a less urgent flow is held while a more urgent one sends, then
 
     mercury_on_release(&bulk, &bulk.ca);
     CHECK(ns.counters[FLOWS_RELEASED] == 1);
+}
+
+TEST_CASE("hooks: init drops the pacing a previous CC asked for, not a user's", "[hooks]")
+{
+    Netns ns;
+    sock from_bbr, capped, plain;
+    from_bbr.ns = capped.ns = plain.ns = &ns;
+    from_bbr.pacing_needed = capped.pacing_needed = true;
+    capped.max_pacing_rate_set = true;
+    mercury_on_init(&from_bbr);
+    mercury_on_init(&capped);
+    mercury_on_init(&plain);
+    CHECK_FALSE(from_bbr.pacing_needed);
+    CHECK(capped.pacing_needed);
+    CHECK(ns.counters[PACING_CLEARED] == 1);
 }
 
 TEST_CASE("hooks: a ranked flow yields to queueing delay at most once an RTT", "[hooks]")

@@ -49,6 +49,8 @@ constexpr std::array kDatapathMetrics{
                    "Delay yields a job's flow skipped: it had yielded for max_hold_ms at a stretch."},
     DatapathMetric{"job_cuts", "mercury_datapath_job_cuts_total", MetricType::Counter,
                    "Back-offs a job's flow made with another flow of its job that lost a packet."},
+    DatapathMetric{"pacing_cleared", "mercury_datapath_pacing_cleared_total", MetricType::Counter,
+                   "Flows switched to mercury whose previous CC's internal pacing (bbr's) was turned off."},
     DatapathMetric{"loss_events", "mercury_datapath_loss_events_total", MetricType::Counter,
                    "Window reductions on loss, recovery or CWR (ssthresh calls)."},
     DatapathMetric{"recoveries", "mercury_datapath_recoveries_total", MetricType::Counter,

@@ -119,13 +119,17 @@ Status BpfProgram::open_and_load(bool reuse_pins)
 {
     // Link mode first (the kernel unregisters even if we crash); kernels
     // before 6.4 refuse the flag, and then only our destructor unregisters.
+    // Kernels before 6.0 refuse a BPF CC's write of sk_pacing_status: there
+    // sockets switched from bbr keep its pacing (doc/datapaths.md).
     Status result;
+    for (const bool pacing : {true, false})
     for (const bool link : {true, false}) {
         skel_.reset(tcp_mercury::open());
         if (!skel_)
             return Status{-errno, std::string("cannot open the BPF object: ") + std::strerror(errno)};
         if (link)
             bpf_map__set_map_flags(skel_->maps.mercury, kMapFlagLink);
+        skel_->rodata->mercury_may_write_pacing = pacing;
         // libbpf reuses a compatible pinned map, and pins the ones it creates.
         for (bpf_map* map : data_maps()) {
             const std::string path = std::string(MERCURY_BPF_PIN_DIR "/") + bpf_map__name(map);

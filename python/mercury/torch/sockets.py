@@ -12,7 +12,8 @@ from mercury.contract import SO_COOKIE
 __all__ = ["find_tcp_sockets", "pin_congestion_control", "pacing_left_by"]
 
 # Congestion controls that ask for the kernel's internal pacing in their
-# init() (sk_pacing_status); a socket switched away from one stays paced.
+# init() (sk_pacing_status); a socket switched away from one stays paced,
+# unless it is switched to mercury: its datapaths drop that request.
 PACING_CCS = frozenset({"bbr", "bbr2", "bbr3"})
 
 
@@ -77,13 +78,15 @@ def pacing_left_by(before: Set[str], cc: str) -> Optional[str]:
 
     bbr switches on the kernel's internal pacing in its init(), and a switch
     to another congestion control leaves it on, at 1.2 x cwnd / srtt: a lane
-    released from a hold then crawls until its RTT estimate recovers.
+    released from a hold then crawls until its RTT estimate recovers. The
+    mercury datapaths turn it off in their init() (the BPF one from Linux
+    6.0), so only a switch to another CC leaves it.
     """
     left = sorted(before & PACING_CCS - {cc})
-    if not left:
+    if not left or cc == "mercury":
         return None
     return (f"the connections started with congestion control {', '.join(left)} (this netns's default), which "
-            f"leaves the kernel's pacing on after the switch to {cc!r} and slows lanes coming back from a hold; "
+            f"leaves the kernel's pacing on after the switch to {cc!r}, unlike the baselines' usual sockets; "
             "make mercury, cubic or reno the default (sysctl net.ipv4.tcp_congestion_control)")
 
 

@@ -70,6 +70,8 @@ LANES=${LANES:-8}
 # waited behind: VGG-16 at 50 Mbit/s then ran 1.33 s against 1.22 s for
 # lanes on cubic.)
 DELAY_THRESH_US=${DELAY_THRESH_US:-1000}
+# The window a held flow keeps (CWND_FLOOR, packets): the datapath's default.
+CWND_FLOOR=${CWND_FLOOR:-2}
 REAL_REPEATS=${REAL_REPEATS:-3}
 
 # Every mode opens process groups of its own (closed again after it).
@@ -136,7 +138,7 @@ run_point() {
 	done
 	for i in $(seq 0 $((workers - 1))); do
 		for _ in $(seq 100); do [ -S "/run/mercury-bench-w$i.sock" ] && break; sleep 0.05; done
-		ip netns exec "mc-w$i" mercuryctl params "delay_thresh_us=$thresh" >/dev/null
+		ip netns exec "mc-w$i" mercuryctl params "delay_thresh_us=$thresh" "cwnd_floor=$CWND_FLOOR" >/dev/null
 	done
 	local sampler= name=model prev= a
 	for a in "$@"; do [ "$prev" = --model ] && name=$a; prev=$a; done

@@ -123,6 +123,29 @@ def ddp_setting(mode: str, divisor: int) -> Optional[DdpSetting]:
     return DdpSetting(cap / divisor, max(1, DDP_FIRST_BUCKET_BYTES // divisor))
 
 
+@dataclass(frozen=True)
+class ByteSchedulerSetting:
+    partition_bytes: int   # of the shrunk model
+    credit: int            # partitions being all-reduced at once
+
+
+def bytesched_setting(mode: str, divisor: int) -> Optional[ByteSchedulerSetting]:
+    """What the bench mode ``bytesched@PxC`` gives the ByteScheduler-style
+    baseline (experiment/bench/bytescheduler.py): partitions of P MB of the
+    real model, divided like the tensors, and a credit of C partitions. None
+    for any other mode; ValueError for a malformed one. (Not simulated.)"""
+    if not mode.startswith("bytesched@"):
+        return None
+    p, _, c = mode[len("bytesched@"):].partition("x")
+    try:
+        part_mb, credit = float(p), int(c)
+    except ValueError:
+        part_mb, credit = 0.0, 0
+    if not part_mb > 0 or credit < 1:
+        raise ValueError(f"{mode!r}: expected bytesched@PxC, P > 0 MB of the real model, C >= 1 partitions")
+    return ByteSchedulerSetting(max(4, int(part_mb * (1 << 20)) // divisor), credit)
+
+
 def ddp_buckets(layers: Sequence[Layer], cap_mb: float = DDP_BUCKET_CAP_MB,
                 first_bytes: int = DDP_FIRST_BUCKET_BYTES) -> List[Bucket]:
     """DDP's buckets: parameters in reverse order, the first bucket up to

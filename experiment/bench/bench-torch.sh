@@ -6,7 +6,8 @@
 # ways on every link), natively with the BPF datapath and one mercuryd per
 # worker. Modes side by side, interleaved in every repeat
 # (experiment/bench/torch_worker.py): DDP (a grid of bucket sizes),
-# mercury.torch on one lane, on lanes with cubic, and on lanes with kernel
+# ByteScheduler-style priority scheduling in user space (a grid of partition
+# sizes and credits), mercury.torch on one lane, on lanes with cubic, and on lanes with kernel
 # priorities. Every baseline socket is pinned to $BASELINE_CC per socket,
 # never the host's default. The report puts each mode beside its simulated
 # schedule (experiment/torchsim.py) and the bound.
@@ -58,9 +59,12 @@ WARMUP=${WARMUP:-2}
 ITERATIONS=${ITERATIONS:-5}
 BASELINE_CC=${BASELINE_CC:-cubic}
 REAL_RATE=${REAL_RATE:-800}
-# DDP tuned on a grid of bucket_cap_mb (of the real model; see torch_worker.py):
-# the report pairs every "vs DDP" with the best of them at each point.
-MODES=${MODES:-ddp@5,ddp@25,ddp@100,one-lane,lanes-cubic,full}
+# DDP tuned on a grid of bucket_cap_mb (of the real model; see torch_worker.py),
+# and the ByteScheduler-style baseline on a grid of partition MB x credit
+# (experiment/bench/bytescheduler.py; 1 MB partitions were twice as slow on
+# VGG-16 at 50 Mbit/s, 64 MB ones 1.2x): the report pairs every "vs DDP" and
+# "vs ByteScheduler" with the best of each grid at each point.
+MODES=${MODES:-ddp@5,ddp@25,ddp@100,bytesched@4x2,bytesched@8x2,bytesched@16x2,one-lane,lanes-cubic,full}
 LANES=${LANES:-8}
 # The datapath's delay threshold for yielding (DELAY_THRESH_US): its
 # default, 1000 µs, unscaled. The emulation keeps times and shrinks bytes,

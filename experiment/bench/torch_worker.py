@@ -22,6 +22,10 @@ Modes, interleaved within each repeat, each on a fresh model:
               1 MB first bucket are divided by --byte-divisor like the
               tensors (plain ddp keeps torch's defaults on the shrunk model);
               a grid of these is DDP tuned as its users would
+  bytesched@PxC  ByteScheduler-style scheduling in user space (bytescheduler.py)
+              on one lane on the baseline CC: partitions of P MB of the real
+              model (divided like the tensors), C of them in flight; a grid
+              of these is that baseline tuned
 Prints one JSON line per measured run.
 """
 from __future__ import annotations
@@ -42,6 +46,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import mercury.torch as mt  # noqa: E402
 import torchsim  # noqa: E402
+from bytescheduler import ByteScheduler  # noqa: E402
 
 MODES = ["ddp", "one-lane", "lanes-cubic", "full"]
 # Also known, not run by default: a mode with "-clip" clips the gradients
@@ -204,6 +209,14 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
             finally:
                 dist._DEFAULT_FIRST_BUCKET_BYTES = first
         opt = opt_base
+    elif mode.startswith("bytesched@"):
+        before = mt.find_tcp_sockets()
+        group = dist.new_group()
+        dist.barrier(group=group)
+        mt.pin_congestion_control([fd for fd in mt.find_tcp_sockets() if fd not in before], args.baseline_cc)
+        bs = torchsim.bytesched_setting(mode, args.byte_divisor)
+        opt = ByteScheduler(model, opt_base, partition_bytes=bs.partition_bytes, credit=bs.credit, group=group)
+        net = model
     else:
         lanes = 1 if mode == "one-lane" else args.lanes
         cc = "mercury" if mode == "full" else args.baseline_cc
@@ -239,6 +252,9 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
     one_step()
     if isinstance(opt, mt.DistributedOptimizer):
         opt.close()   # synchronizes first
+    elif isinstance(opt, ByteScheduler):
+        opt.close()
+        dist.destroy_process_group(group)
     else:
         del net
         dist.destroy_process_group(group)
@@ -307,7 +323,8 @@ def main() -> int:
     step_latency_s = ring_step_latency(args.world)
     modes = args.modes.split(",")
     try:
-        grid = [m for m in modes if torchsim.ddp_setting(m, args.byte_divisor)]
+        grid = [m for m in modes if torchsim.ddp_setting(m, args.byte_divisor)
+                or torchsim.bytesched_setting(m, args.byte_divisor)]
     except ValueError as e:
         raise SystemExit(f"torch_worker: {e}")
     unknown = [m for m in modes if m not in MODES + CLIP_MODES + grid]

@@ -30,6 +30,8 @@ SIMULATED = {"ddp": "ddp", "one-lane": "one-lane", "lanes-cubic": "lanes-fair", 
 # The simulator is trusted where it is within this of every measured mode.
 SIM_TOLERANCE = 0.10
 CLIP_MODES = [m + "-clip" for m in MODES]
+# mercury.torch's modes: their waits say what the framework's own time is.
+MERCURY_TORCH_MODES = {"one-lane", "lanes-cubic", "full"}
 # Ethernet frame on the wire (tbf counts it) per TCP payload with timestamps.
 WIRE_PER_PAYLOAD = 1514 / 1448
 # Two-sided 95% Student t quantiles by degrees of freedom.
@@ -84,13 +86,20 @@ def simulated(run: dict, step_latency_s: float, modes: List[str],
     return out
 
 
+def tuned_of(modes, prefix: str, by_repeat: Dict[str, Dict[int, float]]) -> Tuple[List[str], Optional[str]]:
+    """A grid's modes (``prefix``@...) and the one with the lowest mean: the baseline tuned as its users would."""
+    grid = [m for m in ordered(modes) if m == prefix or m.startswith(prefix + "@")]
+    return grid, (min(grid, key=lambda m: statistics.fmean(by_repeat[m].values())) if grid else None)
+
+
 def ordered(modes) -> List[str]:
     """DDP settings first (torch's defaults, then the grid by cap), then the others in MODES order."""
     def cap(m: str) -> float:
         setting = torchsim.ddp_setting(m, 1)
         return setting.cap_mb if setting else 0.0
     ddp = sorted((m for m in modes if m == "ddp" or m.startswith("ddp@")), key=cap)
-    return ddp + [m for m in MODES[1:] + CLIP_MODES if m in modes]
+    bytesched = sorted(m for m in modes if m.startswith("bytesched@"))
+    return ddp + bytesched + [m for m in MODES[1:] + CLIP_MODES if m in modes]
 
 
 def main() -> int:
@@ -103,8 +112,8 @@ def main() -> int:
     violations = []
     summary = []
     lines = ["| setup | model | rate Mbit/s | mode | CC | iteration s (95% CI) | CV | simulated s | ÷ simulated | "
-             "vs DDP, tuned (paired) | vs one-lane | vs lanes-cubic | ÷ bound | CPU util |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "vs DDP, tuned (paired) | vs ByteScheduler, tuned | vs one-lane | vs lanes-cubic | ÷ bound | CPU util |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (label, model, rate), modes in sorted(points.items()):
         any_run = next(iter(modes.values()))[0]
         bound, comm = lower_bound(any_run)
@@ -112,21 +121,21 @@ def main() -> int:
         step_latency = statistics.median(latencies) if latencies else 0.0
         # What an iteration costs besides waiting for reductions: compute and the
         # framework's own time (hooks, launches, steps), as mercury.torch's runs measured it.
-        busy = [r["iteration_s"] - r["wait_s"] for rs in modes.values() for r in rs if r.get("wait_s") is not None]
+        busy = [r["iteration_s"] - r["wait_s"] for m, rs in modes.items() if m in MERCURY_TORCH_MODES
+                for r in rs if r.get("wait_s") is not None]
         busy_s = statistics.median(busy) if busy else None
         sim = simulated(any_run, step_latency, list(modes), busy_s)
         if sim:   # the bound that respects layer dependencies, never below the simple one
             bound = max(bound, sim["bound"])
         by_repeat = {m: {r["repeat"]: r["iteration_s"] for r in rs} for m, rs in modes.items()}
-        # DDP tuned as its users would: the setting of the grid with the lowest mean here.
-        ddp_modes = [m for m in ordered(modes) if m == "ddp" or m.startswith("ddp@")]
-        tuned = min(ddp_modes, key=lambda m: statistics.fmean(by_repeat[m].values())) if ddp_modes else None
-        bases = {"ddp": tuned, "one-lane": "one-lane", "lanes-cubic": "lanes-cubic"}
+        ddp_modes, tuned = tuned_of(modes, "ddp", by_repeat)
+        bs_modes, bs_tuned = tuned_of(modes, "bytesched", by_repeat)
+        bases = {"ddp": tuned, "bytesched": bs_tuned, "one-lane": "one-lane", "lanes-cubic": "lanes-cubic"}
         point = {"setup": label, "rate_mbit": rate, "workers": any_run["workers"], "model": model,
                  "byte_divisor": any_run.get("byte_divisor", 1),
                  "model_bytes": any_run["model_bytes"], "compute_s": any_run["compute_s"],
                  "comm_bound_s": comm, "bound_s": bound, "step_latency_s": step_latency, "busy_s": busy_s,
-                 "simulated": sim, "ddp_tuned": tuned, "modes": {}}
+                 "simulated": sim, "ddp_tuned": tuned, "bytesched_tuned": bs_tuned, "modes": {}}
         for mode in ordered(modes):
             times = [r["iteration_s"] for r in modes[mode]]
             m, ci = mean_ci(times)
@@ -153,9 +162,11 @@ def main() -> int:
                 return f"{v[0]:.2f}x ± {v[1]:.2f}" if v else "—"
             simcols = (f"{entry['simulated_s']:.3f} | {entry['vs_simulated']:.2f}" if "simulated_s" in entry
                        else "— | —")
-            shown = f"{mode} (tuned)" if mode == tuned and len(ddp_modes) > 1 else mode
+            shown = (f"{mode} (tuned)" if (mode == tuned and len(ddp_modes) > 1)
+                     or (mode == bs_tuned and len(bs_modes) > 1) else mode)
             lines.append(f"| {label} | {model} | {rate} | {shown} | {entry['cc']} | {m:.3f} ± {ci:.3f} | {cv:.1%} | "
-                         f"{simcols} | {sp('ddp')} | {sp('one-lane')} | {sp('lanes-cubic')} | {m / bound:.2f} | "
+                         f"{simcols} | {sp('ddp')} | {sp('bytesched')} | {sp('one-lane')} | {sp('lanes-cubic')} | "
+                         f"{m / bound:.2f} | "
                          f"{entry['cpu_util']:.2f} |")
         summary.append(point)
         # What clipping costs each mode: its time with clipping over without, paired by repeat.
@@ -175,8 +186,9 @@ def main() -> int:
              "full) with the ring step latency measured in the run, on the compute the workers spent besides "
              "waiting (busy: the profile's compute plus the framework's own time, median of mercury.torch's runs); "
              "DDP tuned: of the DDP settings run (torch's defaults, ddp@N: bucket_cap_mb N of the real model), the "
-             "one with the lowest mean at that point, against which every 'vs DDP' is paired; real-compute rows: "
-             "communication part only"]
+             "one with the lowest mean at that point, against which every 'vs DDP' is paired; ByteScheduler tuned: "
+             "likewise of the bytesched@PxC settings run (partitions of P MB of the real model, C in flight; not "
+             "simulated); real-compute rows: communication part only"]
     for p in summary:
         if p.get("clip_cost"):
             notes.append(f"{p['setup']} at {p['rate_mbit']} Mbit/s, clipping (clip_grad_norm_ before step) costs: "
@@ -206,9 +218,9 @@ def main() -> int:
 
 def summary_table(summary: List[dict]) -> str:
     """One row per emulated point: each main mode's mean ± CI (simulated), and full's speedups."""
-    rows = ["| model | Mbit/s | comm : compute | DDP, tuned | one lane | 8 lanes, cubic | 8 lanes, mercury "
-            "| full vs DDP | vs one lane | vs cubic lanes | full ÷ bound |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| model | Mbit/s | comm : compute | DDP, tuned | ByteScheduler, tuned | one lane | 8 lanes, cubic "
+            "| 8 lanes, mercury | full vs DDP | vs ByteScheduler | vs one lane | vs cubic lanes | full ÷ bound |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in summary:
         if not p["setup"].startswith("emulated"):
             continue
@@ -224,13 +236,13 @@ def summary_table(summary: List[dict]) -> str:
         def speedup(base: str) -> str:
             v = modes.get("full", {}).get(f"speedup_vs_{base}")
             return f"{v[0]:.2f}x ± {v[1]:.2f}" if v else "—"
-        tuned = p.get("ddp_tuned")
+        tuned, bs = p.get("ddp_tuned"), p.get("bytesched_tuned")
         full = modes.get("full")
         ratio = f"{full['vs_bound']:.2f}" if full else "—"
         rows.append(f"| {p['model']} | {p['rate_mbit']} | {p['comm_bound_s'] / p['compute_s']:.1f} | "
-                    f"{cell(tuned)}{f' [{tuned}]' if tuned else ''} | {cell('one-lane')} | {cell('lanes-cubic')} | "
-                    f"{cell('full')} | {speedup('ddp')} | {speedup('one-lane')} | {speedup('lanes-cubic')} | "
-                    f"{ratio} |")
+                    f"{cell(tuned)}{f' [{tuned}]' if tuned else ''} | {cell(bs)}{f' [{bs}]' if bs else ''} | "
+                    f"{cell('one-lane')} | {cell('lanes-cubic')} | {cell('full')} | {speedup('ddp')} | "
+                    f"{speedup('bytesched')} | {speedup('one-lane')} | {speedup('lanes-cubic')} | {ratio} |")
     return "\n".join(rows)
 
 
@@ -238,7 +250,7 @@ def targets(point: dict) -> Dict[str, bool]:
     """The PyTorch bench's targets for full Mercury at one point."""
     f = point["modes"]["full"]
     out = {}
-    for base in ("ddp", "one-lane", "lanes-cubic"):
+    for base in ("ddp", "bytesched", "one-lane", "lanes-cubic"):
         v = f.get(f"speedup_vs_{base}")
         if v:   # never slower: no 95% CI of the paired speedup wholly below 1
             half = 0.0 if math.isnan(v[1]) else v[1]
@@ -252,7 +264,7 @@ def targets(point: dict) -> Dict[str, bool]:
             out[f"full realises 80% of the simulated {ideal:.2f}x over one-lane"] = \
                 f["speedup_vs_one-lane"][0] - 1 >= 0.8 * (ideal - 1)
     if 0.8 <= point["comm_bound_s"] / point["compute_s"] <= 1.25:   # communication ~ compute
-        for base, goal in (("ddp", 1.3), ("lanes-cubic", 1.15)):
+        for base, goal in (("ddp", 1.3), ("lanes-cubic", 1.15), ("bytesched", 1.15)):
             v = f.get(f"speedup_vs_{base}")
             if v:
                 out[f"full >= {goal}x {base} (comm ~ compute)"] = v[0] >= goal

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
-"""experiment/report/bench-torch-report.py: tuned DDP, simulated columns,
-points per model, and a run below the bound is an error."""
+"""experiment/report/bench-torch-report.py: tuned DDP and ByteScheduler,
+simulated columns, points per model, and a run below the bound is an error."""
 from __future__ import annotations
 
 import json
@@ -41,6 +41,7 @@ def test_points_per_model_tuned_ddp_and_simulated_schedules(tmp_path) -> None:
     for rep in range(3):
         for model, p in (("a", a), ("b", b)):
             runs += [run(model, p, "ddp@5", rep, 2.0 + 0.01 * rep), run(model, p, "ddp@25", rep, 1.8 + 0.01 * rep),
+                     run(model, p, "bytesched@4x2", rep, 1.75), run(model, p, "bytesched@16x2", rep, 1.65),
                      run(model, p, "one-lane", rep, 1.7), run(model, p, "lanes-cubic", rep, 1.6),
                      run(model, p, "full", rep, 1.5 + 0.01 * rep)]
     done, out = report(tmp_path, runs)
@@ -49,6 +50,8 @@ def test_points_per_model_tuned_ddp_and_simulated_schedules(tmp_path) -> None:
     assert set(points) == {"a", "b"}          # one rate, two models: two points
     for p in points.values():
         assert p["ddp_tuned"] == "ddp@25"
+        assert p["bytesched_tuned"] == "bytesched@16x2"
+        assert "simulated_s" not in p["modes"]["bytesched@16x2"]   # not simulated
         full = p["modes"]["full"]
         # Paired with the tuned DDP, repeat by repeat.
         assert abs(full["speedup_vs_ddp"][0] - statistics.fmean([1.8 / 1.5, 1.81 / 1.51, 1.82 / 1.52])) < 1e-9
@@ -56,7 +59,10 @@ def test_points_per_model_tuned_ddp_and_simulated_schedules(tmp_path) -> None:
         assert p["modes"]["lanes-cubic"]["simulated_s"] == p["simulated"]["lanes-fair"]
         assert p["bound_s"] >= p["simulated"]["bound"] and p["simulated"]["bound"] <= p["simulated"]["priority"]
         assert "full not slower than lanes-cubic" in p["targets"]
-    assert "ddp@25 (tuned)" in (tmp_path / "out.md").read_text()
+        assert "full not slower than bytesched" in p["targets"]
+        assert abs(full["speedup_vs_bytesched"][0] - statistics.fmean([1.65 / 1.5, 1.65 / 1.51, 1.65 / 1.52])) < 1e-9
+    md = (tmp_path / "out.md").read_text()
+    assert "ddp@25 (tuned)" in md and "bytesched@16x2 (tuned)" in md
 
 
 def test_a_run_below_the_bound_fails(tmp_path) -> None:

@@ -127,3 +127,12 @@ def test_a_ddp_grid_mode_is_scaled_like_the_tensors() -> None:
     for bad in ("ddp@", "ddp@0", "ddp@-5", "ddp@x"):
         with pytest.raises(ValueError, match="ddp@N"):
             torchsim.ddp_setting(bad, 1)
+
+
+def test_bytesched_modes_divide_partitions_like_tensors() -> None:
+    s = torchsim.bytesched_setting("bytesched@4x2", 128)
+    assert s == torchsim.ByteSchedulerSetting(4 * (1 << 20) // 128, 2)
+    assert torchsim.bytesched_setting("ddp@4", 128) is None
+    for bad in ("bytesched@", "bytesched@4", "bytesched@0x2", "bytesched@4x0", "bytesched@axb"):
+        with pytest.raises(ValueError):
+            torchsim.bytesched_setting(bad, 1)

@@ -67,11 +67,11 @@ MERCURY_HOOK void mercury_do_init(struct sock *sk, struct mercury_sock *ca)
 	MERCURY_COUNT(&x, FLOWS_INIT);
 	/*
 	 * A socket switched to mercury from bbr keeps the internal pacing
-	 * bbr's init() asked for (the kernel clears it only when the socket
-	 * closes): a lane released from a hold was then paced at 1.2 x cwnd /
-	 * srtt with srtt still inflated by the hold, and crept (bench-torch,
-	 * BERT-base: 2-6 Mbit/s of 50 for 65 ms). Mercury does not pace; a
-	 * user's SO_MAX_PACING_RATE and fq's own pacing are left alone.
+	 * bbr's init() asked for (a switch of CC never clears it): a lane
+	 * released from a hold was then paced at 1.2 x cwnd / srtt with srtt
+	 * still inflated by the hold, and crept (bench-torch, BERT-base: 2-6
+	 * Mbit/s of 50 for 65 ms). Mercury does not pace; a user's
+	 * SO_MAX_PACING_RATE and fq's own pacing are left alone.
 	 */
 	if (mercury_drop_inherited_pacing(sk))
 		MERCURY_COUNT(&x, PACING_CLEARED);

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "tcp_mercury.skel.h"
 
@@ -122,8 +123,9 @@ Status BpfProgram::open_and_load(bool reuse_pins)
     // Kernels before 6.0 refuse a BPF CC's write of sk_pacing_status: there
     // sockets switched from bbr keep its pacing (doc/datapaths.md).
     Status result;
-    for (const bool pacing : {true, false})
-    for (const bool link : {true, false}) {
+    // {write sk_pacing_status, link mode}: the most capable first.
+    const std::pair<bool, bool> attempts[] = {{true, true}, {true, false}, {false, true}, {false, false}};
+    for (const auto& [pacing, link] : attempts) {
         skel_.reset(tcp_mercury::open());
         if (!skel_)
             return Status{-errno, std::string("cannot open the BPF object: ") + std::strerror(errno)};

@@ -202,8 +202,22 @@ class SimResult:
     forward_wait_s: float = 0.0   # per iteration, steady state
 
 
+@dataclass(frozen=True)
+class HeldFloor:
+    """Priority as a cwnd floor gives it, not ideally: each held lane with data
+    keeps ``packets`` in flight beside the top lane's window (``rank0_window``
+    packets if the top lane is lane 0, else ``other_window``), and the link is
+    shared in proportion to packets in flight (bench-torch's BERT-base trace:
+    a 2-packet floor, rank 0 at 50-85 packets, rank 1 at 3-5 held down by its
+    delay threshold)."""
+    packets: int
+    rank0_window: int
+    other_window: int
+
+
 def simulate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: int, rate_mbit: float,
-             step_latency_s: float, sharing: str, synchronous: bool, iterations: int = 8,
+             step_latency_s: float, sharing: str, synchronous: bool, held_floor: Optional[HeldFloor] = None,
+             iterations: int = 8,
              warmup: int = 3) -> SimResult:
     """sharing: "fair" or "priority" between lanes; synchronous: DDP's step after every reduction."""
     rate = rate_mbit * 1e6 / 8 / WIRE_PER_PAYLOAD          # payload bytes/s
@@ -237,7 +251,14 @@ def simulate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: int
             return {}
         if sharing == "priority":
             top = min(r.lane for r in sending)
+            held = [r for r in sending if r.lane != top]
             sending = [r for r in sending if r.lane == top]
+            if held_floor and held:
+                window = held_floor.rank0_window if top == 0 else held_floor.other_window
+                total = window + held_floor.packets * len(held)
+                out = {r: held_floor.packets / total for r in held}
+                out.update({r: window / total / len(sending) for r in sending})
+                return out
         return {r: 1.0 / len(sending) for r in sending}
 
     def next_event() -> float:
@@ -314,7 +335,8 @@ def simulate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: int
 def simulate_mode(mode: str, layers: Sequence[Layer], *, workers: int, rate_mbit: float,
                   step_latency_s: float, lanes: int = 8, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
                   ddp_first_bytes: int = DDP_FIRST_BUCKET_BYTES,
-                  bucket_bytes: int = MERCURY_BUCKET_BYTES) -> SimResult:
+                  bucket_bytes: int = MERCURY_BUCKET_BYTES, held_floor: Optional[HeldFloor] = None) -> SimResult:
+    """``held_floor``: the priority mode as a cwnd floor gives it (HeldFloor), not ideal."""
     kw = dict(workers=workers, rate_mbit=rate_mbit)
     if mode == "ddp":
         return simulate(layers, ddp_buckets(layers, bucket_cap_mb, ddp_first_bytes), step_latency_s=step_latency_s,
@@ -324,7 +346,8 @@ def simulate_mode(mode: str, layers: Sequence[Layer], *, workers: int, rate_mbit
                         sharing="fair", synchronous=False, **kw)
     if mode in ("lanes-fair", "priority"):
         return simulate(layers, mercury_buckets(layers, lanes, bucket_bytes), step_latency_s=step_latency_s,
-                        sharing="fair" if mode == "lanes-fair" else "priority", synchronous=False, **kw)
+                        sharing="fair" if mode == "lanes-fair" else "priority", synchronous=False,
+                        held_floor=held_floor if mode == "priority" else None, **kw)
     if mode == "bound":
         owners = [i for i, l in enumerate(layers) if l.nbytes]
         per_layer = [Bucket([i], layers[i].nbytes, k) for k, i in enumerate(owners)]
@@ -352,12 +375,24 @@ def main() -> int:
     ap.add_argument("--bucket-cap-mb", type=float, default=DDP_BUCKET_CAP_MB)
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--json", action="store_true", help="one JSON line per workers and rate")
+    ap.add_argument("--held-floor", metavar="F,W0,W",
+                    help="priority as a cwnd floor gives it: held lanes keep F packets in flight beside the top "
+                         "lane's W0 (lane 0) or W (any other) packets; e.g. 2,60,4")
     args = ap.parse_args()
     modes = args.modes.split(",")
     if min(args.workers, default=0) < 2 or min(args.rate_mbit, default=0) <= 0 or args.byte_divisor < 1:
         ap.error("need --workers >= 2, --rate-mbit > 0, --byte-divisor >= 1")
     if any(m not in MODES for m in modes):
         ap.error(f"--modes: known modes are {','.join(MODES)}")
+    held_floor = None
+    if args.held_floor:
+        try:
+            f, w0, w = (int(v) for v in args.held_floor.split(","))
+        except ValueError:
+            ap.error("--held-floor takes F,W0,W (packets)")
+        if f < 1 or w0 < 1 or w < 1:
+            ap.error("--held-floor: every value >= 1 packet")
+        held_floor = HeldFloor(f, w0, w)
     layers = bench_layers(read_profile(args.profile), args.byte_divisor, args.compute_s)
     table = len(args.workers) > 1 or len(args.rate_mbit) > 1
     if table and not args.json:
@@ -370,7 +405,7 @@ def main() -> int:
             for mode in modes:
                 r = simulate_mode(mode, layers, workers=workers, rate_mbit=rate,
                                   step_latency_s=args.step_latency_us / 1e6, lanes=args.lanes,
-                                  bucket_cap_mb=args.bucket_cap_mb)
+                                  bucket_cap_mb=args.bucket_cap_mb, held_floor=held_floor)
                 out[mode] = {"iteration_s": r.iteration_s, "forward_wait_s": r.forward_wait_s}
             if args.json:
                 print(json.dumps({"workers": workers, "rate_mbit": rate, "modes": out}))

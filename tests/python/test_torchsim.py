@@ -136,3 +136,17 @@ def test_bytesched_modes_divide_partitions_like_tensors() -> None:
     for bad in ("bytesched@", "bytesched@4", "bytesched@0x2", "bytesched@4x0", "bytesched@axb"):
         with pytest.raises(ValueError):
             torchsim.bytesched_setting(bad, 1)
+
+
+def test_a_held_floor_costs_priority_between_ideal_and_fair() -> None:
+    # Held lanes that keep a floor in flight take part of the link from the top
+    # lane: the schedule lies between ideal priority and fair sharing, closer
+    # to fair the smaller the top lane's window.
+    model = layers([(0.001, 0.001, 2_000_000)] + [(0.02, 0.04, 300_000)] * 12)
+    kw = dict(workers=4, rate_mbit=RATE_MBIT, step_latency_s=0.0003)
+    ideal = torchsim.simulate_mode("priority", model, **kw).iteration_s
+    fair = torchsim.simulate_mode("lanes-fair", model, **kw).iteration_s
+    wide = torchsim.simulate_mode("priority", model, held_floor=torchsim.HeldFloor(2, 1000, 1000), **kw).iteration_s
+    narrow = torchsim.simulate_mode("priority", model, held_floor=torchsim.HeldFloor(2, 60, 4), **kw).iteration_s
+    assert ideal <= wide < narrow < fair
+    assert wide < ideal * 1.01

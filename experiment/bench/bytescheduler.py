@@ -26,6 +26,8 @@ clipping (it raises where it can tell).
 from __future__ import annotations
 
 import collections
+import os
+import sys
 import threading
 import time
 from typing import Callable, Deque, List, Optional, Tuple
@@ -34,21 +36,13 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-
-def _own_parameters(module: nn.Module) -> List[nn.Parameter]:
-    """A module's direct parameters and its ParameterList/Dict children's
-    (which have no forward of their own: its forward uses them)."""
-    params = list(module.parameters(recurse=False))
-    for child in module.children():
-        if isinstance(child, (nn.ParameterList, nn.ParameterDict)):
-            params += list(child.parameters())
-    return params
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+# A layer is what mercury.torch hooks: a module and the parameters it holds itself.
+from mercury.torch.optimizer import _own_parameters  # noqa: E402
 
 
 class _Layer:
-    def __init__(self, index: int, module: nn.Module, params: List[nn.Parameter],
-                 optimizer: torch.optim.Optimizer) -> None:
-        self.index = index
+    def __init__(self, module: nn.Module, params: List[nn.Parameter], optimizer: torch.optim.Optimizer) -> None:
         self.module = module
         self.params = params
         self.optimizer = optimizer
@@ -78,8 +72,7 @@ class ByteScheduler:
         for m in model.modules():
             params = _own_parameters(m)
             if params and not isinstance(m, (nn.ParameterList, nn.ParameterDict)):
-                self._layers.append(_Layer(len(self._layers), m, params,
-                                           type(optimizer)(params, **optimizer.defaults)))
+                self._layers.append(_Layer(m, params, type(optimizer)(params, **optimizer.defaults)))
         # (layer, first element, elements), most urgent first: forward order, then offset.
         self._parts: List[Tuple[_Layer, int, int]] = []
         per = max(1, partition_bytes // 4)

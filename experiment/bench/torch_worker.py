@@ -179,6 +179,15 @@ class EmulatedModel(nn.Module):
         return x
 
 
+def baseline_group(cc: str) -> dist.ProcessGroup:
+    """A process group of its own for a baseline, its new sockets pinned to ``cc``."""
+    before = mt.find_tcp_sockets()
+    group = dist.new_group()
+    dist.barrier(group=group)
+    mt.pin_congestion_control([fd for fd in mt.find_tcp_sockets() if fd not in before], cc)
+    return group
+
+
 def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
     clip = mode.endswith("-clip")
     mode = mode[:-len("-clip")] if clip else mode
@@ -193,11 +202,9 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
         y = torch.randint(0, 10, (args.batch,))
     loss_fn = nn.CrossEntropyLoss()
     opt_base = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    group = None
     if mode == "ddp" or mode.startswith("ddp@"):
-        before = mt.find_tcp_sockets()
-        group = dist.new_group()
-        dist.barrier(group=group)
-        mt.pin_congestion_control([fd for fd in mt.find_tcp_sockets() if fd not in before], args.baseline_cc)
+        group = baseline_group(args.baseline_cc)
         setting = torchsim.ddp_setting(mode, args.byte_divisor)
         if setting is None:
             net = nn.parallel.DistributedDataParallel(model, process_group=group)
@@ -210,10 +217,7 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
                 dist._DEFAULT_FIRST_BUCKET_BYTES = first
         opt = opt_base
     elif mode.startswith("bytesched@"):
-        before = mt.find_tcp_sockets()
-        group = dist.new_group()
-        dist.barrier(group=group)
-        mt.pin_congestion_control([fd for fd in mt.find_tcp_sockets() if fd not in before], args.baseline_cc)
+        group = baseline_group(args.baseline_cc)
         bs = torchsim.bytesched_setting(mode, args.byte_divisor)
         opt = ByteScheduler(model, opt_base, partition_bytes=bs.partition_bytes, credit=bs.credit, group=group)
         net = model
@@ -250,13 +254,10 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
     c1 = os.times()
     waited = (opt.wait_s - w0) / args.iterations if w0 is not None else None
     one_step()
-    if isinstance(opt, mt.DistributedOptimizer):
+    if isinstance(opt, (mt.DistributedOptimizer, ByteScheduler)):
         opt.close()   # synchronizes first
-    elif isinstance(opt, ByteScheduler):
-        opt.close()
-        dist.destroy_process_group(group)
-    else:
-        del net
+    del net
+    if group is not None:
         dist.destroy_process_group(group)
     return {"iteration_s": elapsed / args.iterations, "wait_s": waited,
             "cpu_util": ((c1.user - c0.user) + (c1.system - c0.system)) / elapsed}

@@ -31,9 +31,9 @@
  *   mercury_snd_cwnd(tp), mercury_set_snd_cwnd(tp, v), mercury_min_rtt(tp),
  *   mercury_in_reduction(sk), mercury_has_data(sk), mercury_cwnd_limited(sk),
  *   mercury_ca_state(sk), mercury_clock_us(), mercury_reno_undo_cwnd(sk)
- *   mercury_drop_inherited_pacing(sk)   see mercury_do_init()
  *                             the kernel's TCP state, as each datapath may
  *                             read it
+ *   mercury_drop_inherited_pacing(sk)   see mercury_do_init()
  */
 #ifndef _MERCURY_CC_HOOKS_H
 #define _MERCURY_CC_HOOKS_H

@@ -38,7 +38,7 @@ test_select_socket() {
 test_select_drops_pacing() {
 	topo_same_host
 	set_default_cc h1 reno
-	local before asked capped plain
+	local before asked capped
 	before=$(stat_of h1 pacing_cleared)
 	flow h1 asked --seconds 0.3 --pacing asked --cc-after-connect mercury
 	wait_flows

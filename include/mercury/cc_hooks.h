@@ -212,13 +212,18 @@ MERCURY_HOOK void mercury_follow_job_cut(struct sock *sk, struct mercury_sock *c
 	MERCURY_COUNT(x, JOB_CUTS);
 }
 
-/* Delay-based yielding, for a ranked flow that is not held. */
+/*
+ * Delay-based yielding, for a ranked flow that is not held. A flow holding
+ * @held_ranks ranks yields no lower than its preempt window (cc_core.h).
+ */
 MERCURY_HOOK void mercury_maybe_yield(struct sock *sk, struct mercury_sock *ca,
 				      struct mercury_ctx *x, __s32 rtt_us,
-				      __u64 now_us, __u32 window_us)
+				      __u64 now_us, __u32 window_us,
+				      __u32 held_ranks)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	__u64 *active = mercury_job_active(x);
+	__u32 keep = mercury_cwnd_floor(x);
 	struct mercury_window w;
 	int delayed;
 
@@ -244,9 +249,14 @@ MERCURY_HOOK void mercury_maybe_yield(struct sock *sk, struct mercury_sock *ca,
 	}
 	if (!delayed)
 		return;
+	if (held_ranks) {
+		keep = mercury_preempt_window(keep, held_ranks);
+		if (mercury_snd_cwnd(tp) <= keep)
+			return;	/* the queue is the held flows' floors */
+	}
 	ca->last_backoff_us = (__u32)now_us;
 	mercury_load(tp, ca, &w);
-	mercury_yield(&w, mercury_cwnd_floor(x));
+	mercury_yield(&w, keep);
 	mercury_store(tp, ca, &w);
 	MERCURY_COUNT(x, DELAY_BACKOFFS);
 }
@@ -262,10 +272,13 @@ MERCURY_HOOK void mercury_on_acked(struct sock *sk, struct mercury_sock *ca,
 	const __u64 *stamps;
 	struct mercury_window w;
 	struct mercury_ctx x;
+	__u32 held_ranks;
 
 	mercury_ctx_of(sk, &x);
 	mercury_refresh_prio(sk, ca, &x);
 	stamps = mercury_stamps(&x, ca->job);
+	held_ranks = stamps ? mercury_ranks_held(stamps, ca->rank, now_us,
+						 window_us) : 0;
 	/* Before this ACK's PRR step, which runs after us (see cc_core.h). */
 	mercury_load(tp, ca, &w);
 	if (mercury_repair_ssthresh(&w, mercury_in_reduction(sk), ca->weight)) {
@@ -277,7 +290,7 @@ MERCURY_HOOK void mercury_on_acked(struct sock *sk, struct mercury_sock *ca,
 	    mercury_slow_start_done(&ca->ss, mercury_snd_cwnd(tp), tp->snd_ssthresh,
 				    rtt_us, mercury_min_rtt(tp), tp->snd_una,
 				    tp->snd_nxt) &&
-	    !(stamps && mercury_preempting(stamps, ca->rank, now_us, window_us)))
+	    !held_ranks)
 		tp->snd_ssthresh = mercury_snd_cwnd(tp);
 	if (ca->rank >= MERCURY_NUM_RANKS) {
 		if (ca->flags & MERCURY_F_HELD)	/* lost its rank while held */
@@ -291,8 +304,18 @@ MERCURY_HOOK void mercury_on_acked(struct sock *sk, struct mercury_sock *ca,
 	mercury_update_hold(sk, ca, &x, now_us, window_us);
 	mercury_update_share(sk, ca, &x, now_us, window_us);
 	mercury_follow_job_cut(sk, ca, &x, now_us, window_us);
-	if (!(ca->flags & MERCURY_F_HELD) && rtt_us > 0)
-		mercury_maybe_yield(sk, ca, &x, rtt_us, now_us, window_us);
+	if (ca->flags & MERCURY_F_HELD)
+		return;
+	/* Holding others: slow-start back to the preempt window. */
+	if (held_ranks && !mercury_in_reduction(sk)) {
+		mercury_load(tp, ca, &w);
+		if (mercury_preempt_ssthresh(&w, mercury_preempt_window(
+				mercury_cwnd_floor(&x), held_ranks)))
+			mercury_store(tp, ca, &w);
+	}
+	if (rtt_us > 0)
+		mercury_maybe_yield(sk, ca, &x, rtt_us, now_us, window_us,
+				    held_ranks);
 }
 
 MERCURY_HOOK void mercury_on_cong_avoid(struct sock *sk, struct mercury_sock *ca,

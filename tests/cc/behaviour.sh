@@ -112,6 +112,40 @@ test_precedence_same_host() {
 	echo "INFO precedence bulk before=$before during=$during after=$after urgent=$urgent B/ms"
 }
 
+# A most urgent flow that is not rank 0 (so it yields to queueing delay)
+# holds three bulk flows of its host, which share a router's queue on a link
+# whose bandwidth-delay product is about a packet (8 Mbit/s, 1.5 ms a
+# packet). The held flows' 2-packet floors alone are a 9 ms queue, above any
+# delay threshold: yielding to it, the urgent flow fell to the floor too and
+# got about a quarter of the link. It keeps a window of twice their floors
+# (cc_core.h, mercury_preempt_window), so it gets at least two thirds.
+# (Through its own egress TCP Small Queues, not cwnd, would set the split.)
+test_precedence_small_bdp() {
+	local RATE=8mbit u0 u1 urgent held=0 t r
+	topo_incast
+	ctl a tag set 11 1
+	for t in 13 14 15; do
+		ctl a tag set $t $((t - 10))
+		flow a bulk-$t --cc mercury --prio $t --seconds 6 --interval-ms 100
+	done
+	sleep 1.5
+	flow a urgent --cc mercury --prio 11 --seconds 3 --interval-ms 100
+	wait_flows
+	u0=$(first_t /tmp/flow-urgent)
+	u1=$(last_t /tmp/flow-urgent)
+	urgent=$(rate /tmp/flow-urgent $((u0 + 500)) "$u1")
+	for t in 13 14 15; do
+		held=$(awk -v a="$held" -v b="$(rate /tmp/flow-bulk-$t $((u0 + 500)) "$u1")" \
+			'BEGIN { printf "%.1f", a + b }')
+	done
+	r=$(ratio "$urgent" "$held")
+	expect precedence-small-bdp/urgent-keeps-its-share \
+		"urgent:held ${r}:1 (B/ms $urgent vs $held), delay_backoffs=$(stat_of a delay_backoffs)" \
+		ge "$r" 1.5
+	expect precedence-small-bdp/held "holds=$(stat_of a holds)" [ "$(stat_of a holds)" -ge 3 ]
+	echo "INFO precedence-small-bdp starve_grants=$(stat_of a starve_grants) hold_leaks=$(stat_of a hold_leaks)"
+}
+
 window_at_least() {	# FILE PACKETS: the last sample's cwnd
 	[ "$(sed -n 's/^sample .*cwnd=\([0-9]*\).*/\1/p' "$1" | tail -1)" -ge "$2" ]
 }
@@ -400,6 +434,6 @@ test_refresh_in_place() {
 	expect table/change-applied "tag 7 at rank $rank" [ "$rank" = 1 ]
 }
 
-BEHAVIOUR_TESTS="select_sysctl select_socket select_drops_pacing fair_untagged precedence_same_host hold_through_loss weights cross_host
+BEHAVIOUR_TESTS="select_sysctl select_socket select_drops_pacing fair_untagged precedence_same_host precedence_small_bdp hold_through_loss weights cross_host
 	retag_midflight flow_entries expiry starvation_guard bad_input refresh_in_place unprivileged_select
 	netns_limit"

@@ -498,3 +498,34 @@ TEST_CASE("a flow knows when it is holding a less urgent rank", "[core]")
     CHECK_FALSE(mercury_preempting(last, 0, now + 2000, 1000));   // went quiet
     CHECK_FALSE(mercury_preempting(last, MERCURY_RANK_NONE, now, 1000));
 }
+
+TEST_CASE("a flow holding others keeps a window in proportion to their floors", "[core]")
+{
+    __u64 last[MERCURY_NUM_RANKS] = {};
+    const __u64 now = 1'000'000;
+    last[2] = now - 300;
+    last[5] = now - 300;
+    last[6] = (now - 200) | MERCURY_STAMP_IDLE;   // went quiet: not held
+    last[7] = now - 5000;                          // stale: not held
+    CHECK(mercury_ranks_held(last, 1, now, 1000) == 2);
+    CHECK(mercury_ranks_held(last, 2, now, 1000) == 1);
+    CHECK(mercury_ranks_held(last, 5, now, 1000) == 0);
+    CHECK(mercury_ranks_held(last, MERCURY_RANK_NONE, now, 1000) == 0);
+
+    // Two held ranks at a floor of 2: keep 8 packets, two thirds of 12.
+    CHECK(mercury_preempt_window(2, 2) == 2 * 2 * MERCURY_PREEMPT_SHARE);
+    CHECK(mercury_preempt_window(2, 0) == 2);   // never below the floor
+
+    mercury_window small{4, 4, 0};
+    CHECK(mercury_preempt_ssthresh(&small, 8));  // slow-starts back up to it
+    CHECK(small.ssthresh == 8);
+    CHECK(small.cwnd == 4);
+    mercury_window big{20, 30, 0};
+    CHECK_FALSE(mercury_preempt_ssthresh(&big, 8));
+    CHECK(big.ssthresh == 30);
+
+    // A yield from above it stops at it.
+    mercury_window w{12, 12, 0};
+    mercury_yield(&w, mercury_preempt_window(2, 2));
+    CHECK(w.cwnd == 8);
+}

@@ -175,6 +175,11 @@ static inline bool mercury_in_reduction(const struct sock *sk)
 	return tcp_in_cwnd_reduction(sk);
 }
 
+static inline bool mercury_handshaking(const struct sock *sk)
+{
+	return (1 << sk->sk_state) & (TCPF_SYN_SENT | TCPF_SYN_RECV);
+}
+
 static inline bool mercury_has_data(const struct sock *sk)
 {
 	return tcp_sk(sk)->packets_out || !tcp_write_queue_empty(sk);

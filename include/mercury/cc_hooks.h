@@ -30,7 +30,8 @@
  *   mercury_changed(sk, ca, change, cwnd)   after a hold changed
  *   mercury_snd_cwnd(tp), mercury_set_snd_cwnd(tp, v), mercury_min_rtt(tp),
  *   mercury_in_reduction(sk), mercury_has_data(sk), mercury_cwnd_limited(sk),
- *   mercury_ca_state(sk), mercury_clock_us(), mercury_reno_undo_cwnd(sk)
+ *   mercury_ca_state(sk), mercury_clock_us(), mercury_reno_undo_cwnd(sk),
+ *   mercury_handshaking(sk)   (SYN_SENT or SYN_RECV)
  *                             the kernel's TCP state, as each datapath may
  *                             read it
  *   mercury_drop_inherited_pacing(sk)   see mercury_do_init()
@@ -274,6 +275,13 @@ MERCURY_HOOK void mercury_on_acked(struct sock *sk, struct mercury_sock *ca,
 	struct mercury_ctx x;
 	__u32 held_ranks;
 
+	/*
+	 * The handshake's ACK: the kernel sets the initial window after it
+	 * (tcp_init_transfer), over a hold entered here, and the flow sent
+	 * that window while held. The first ACK of data decides.
+	 */
+	if (mercury_handshaking(sk))
+		return;
 	mercury_ctx_of(sk, &x);
 	mercury_refresh_prio(sk, ca, &x);
 	stamps = mercury_stamps(&x, ca->job);

@@ -178,6 +178,12 @@ static __always_inline int mercury_in_reduction(const struct sock *sk)
 	return !!(((1 << TCP_CA_CWR) | (1 << TCP_CA_Recovery)) & (1 << state));
 }
 
+static __always_inline int mercury_handshaking(const struct sock *sk)
+{
+	return !!(((1 << TCP_SYN_SENT) | (1 << TCP_SYN_RECV)) &
+		  (1 << sk->__sk_common.skc_state));
+}
+
 static __always_inline int mercury_has_data(const struct sock *sk)
 {
 	const struct tcp_sock *tp = tcp_sk(sk);

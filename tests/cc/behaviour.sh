@@ -143,7 +143,10 @@ test_precedence_small_bdp() {
 		"urgent:held ${r}:1 (B/ms $urgent vs $held), delay_backoffs=$(stat_of a delay_backoffs)" \
 		ge "$r" 1.5
 	expect precedence-small-bdp/held "holds=$(stat_of a holds)" [ "$(stat_of a holds)" -ge 3 ]
-	echo "INFO precedence-small-bdp starve_grants=$(stat_of a starve_grants) hold_leaks=$(stat_of a hold_leaks)"
+	# Two of the bulk flows are held from their first ACK (rank 3 holds
+	# ranks 4 and 5): a hold entered on the handshake's ACK was undone by
+	# the kernel's initial window, and counted here as two leaks.
+	expect precedence-small-bdp/no-leaks "hold_leaks=$(stat_of a hold_leaks)" [ "$(stat_of a hold_leaks)" = 0 ]
 }
 
 window_at_least() {	# FILE PACKETS: the last sample's cwnd

@@ -50,7 +50,7 @@ struct sock {
     mercury_sock ca{};
     Netns* ns = nullptr;
     __u8 rank = MERCURY_RANK_NONE, ca_state = TCP_CA_Open;
-    bool has_data = true, cwnd_limited = true;
+    bool has_data = true, cwnd_limited = true, handshaking = false;
     bool pacing_needed = false, max_pacing_rate_set = false;   // sk_pacing_status, SO_MAX_PACING_RATE
 };
 
@@ -90,6 +90,7 @@ void mercury_set_snd_cwnd(tcp_sock* tp, __u32 cwnd) { tp->snd_cwnd = cwnd; }
 __u32 mercury_min_rtt(const tcp_sock* tp) { return tp->min_rtt_us; }
 int mercury_in_reduction(const sock* sk) { return sk->ca_state == TCP_CA_CWR || sk->ca_state == TCP_CA_Recovery; }
 int mercury_has_data(const sock* sk) { return sk->has_data; }
+int mercury_handshaking(const sock* sk) { return sk->handshaking; }
 int mercury_cwnd_limited(const sock* sk) { return sk->cwnd_limited; }
 __u8 mercury_ca_state(const sock* sk) { return sk->ca_state; }
 __u64 now_us = 1'000'000;
@@ -153,6 +154,30 @@ TEST_CASE("hooks: a less urgent flow is held while a more urgent one sends, then
 
     mercury_on_release(&bulk, &bulk.ca);
     CHECK(ns.counters[FLOWS_RELEASED] == 1);
+}
+
+TEST_CASE("hooks: the handshake's ACK holds nothing (the kernel sets the initial window after it)", "[hooks]")
+{
+    Netns ns;
+    sock urgent, bulk;
+    urgent.ns = bulk.ns = &ns;
+    urgent.rank = 0;
+    bulk.rank = 3;
+    bulk.handshaking = true;   // the SYN-ACK, before tcp_init_transfer()
+    bulk.tp.snd_cwnd = 10;
+    mercury_on_init(&urgent);
+    ack(urgent, 1000);
+    ack(bulk, 1000);
+    CHECK_FALSE((bulk.ca.flags & MERCURY_F_HELD));
+    CHECK(bulk.tp.snd_cwnd == 10);
+    CHECK(ns.counters[HOLDS] == 0);
+
+    bulk.handshaking = false;   // established: its first ACK of data holds it
+    mercury_on_init(&bulk);
+    ack(bulk, 1000);
+    CHECK((bulk.ca.flags & MERCURY_F_HELD));
+    CHECK(bulk.tp.snd_cwnd == ns.cwnd_floor);
+    CHECK(ns.counters[HOLD_LEAKS] == 0);
 }
 
 TEST_CASE("hooks: init drops the pacing a previous CC asked for, not a user's", "[hooks]")

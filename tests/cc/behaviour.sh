@@ -144,8 +144,9 @@ test_precedence_small_bdp() {
 		ge "$r" 1.5
 	expect precedence-small-bdp/held "holds=$(stat_of a holds)" [ "$(stat_of a holds)" -ge 3 ]
 	# Two of the bulk flows are held from their first ACK (rank 3 holds
-	# ranks 4 and 5): a hold entered on the handshake's ACK was undone by
-	# the kernel's initial window, and counted here as two leaks.
+	# ranks 4 and 5). A hold entered on the handshake's ACK was undone by
+	# the initial window the kernel sets after it: two leaks every run,
+	# until the handshake's ACK was left alone.
 	expect precedence-small-bdp/no-leaks "hold_leaks=$(stat_of a hold_leaks)" [ "$(stat_of a hold_leaks)" = 0 ]
 }
 

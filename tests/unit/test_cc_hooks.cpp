@@ -228,6 +228,49 @@ TEST_CASE("hooks: a ranked flow yields to queueing delay at most once an RTT", "
     CHECK(urgent.tp.snd_cwnd == 50);
 }
 
+TEST_CASE("hooks: a flow holding others yields no lower than twice their floors", "[hooks]")
+{
+    Netns ns;
+    sock top;
+    top.ns = &ns;
+    top.rank = 1;
+    top.tp.snd_cwnd = 6;
+    top.tp.snd_ssthresh = 4;
+    mercury_on_init(&top);
+    // Ranks 3 and 5 have data out: two held ranks, a preempt window of 8.
+    auto& stamps = ns.last_active_us[MERCURY_JOB_NONE];
+    stamps[3] = stamps[5] = now_us;
+    const __u32 keep = mercury_preempt_window(ns.cwnd_floor, 2);
+    REQUIRE(keep == 8);
+
+    ack(top, 1000 + 5000);    // delayed, but the queue is the held flows' floors
+    CHECK(ns.counters[DELAY_BACKOFFS] == 0);
+    CHECK(top.tp.snd_cwnd == 6);
+    CHECK(top.tp.snd_ssthresh == keep);   // slow-starts back up to it
+
+    top.tp.snd_cwnd = 20;
+    now_us += 10'000;
+    stamps[3] = stamps[5] = now_us;
+    ack(top, 1000 + 5000);    // above it: halves, to no lower than it
+    CHECK(ns.counters[DELAY_BACKOFFS] == 1);
+    CHECK(top.tp.snd_cwnd == 10);
+
+    top.tp.snd_cwnd = 12;
+    now_us += 10'000;
+    stamps[3] = stamps[5] = now_us;
+    ack(top, 1000 + 5000);
+    CHECK(ns.counters[DELAY_BACKOFFS] == 2);
+    CHECK(top.tp.snd_cwnd == keep);
+
+    // Nothing held any more: the plain rule, down to the cwnd floor.
+    top.tp.snd_cwnd = 6;
+    now_us += 10'000;
+    stamps[3] = stamps[5] = 0;
+    ack(top, 1000 + 5000);
+    CHECK(ns.counters[DELAY_BACKOFFS] == 3);
+    CHECK(top.tp.snd_cwnd == 3);
+}
+
 TEST_CASE("hooks: loss, recovery and undo follow the shared rules", "[hooks]")
 {
     Netns ns;

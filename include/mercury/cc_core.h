@@ -263,12 +263,6 @@ static inline __u32 mercury_ranks_held(const __u64 *last_active_us, __u32 rank,
 	return n;
 }
 
-static inline int mercury_preempting(const __u64 *last_active_us, __u32 rank,
-				     __u64 now_us, __u32 window_us)
-{
-	return mercury_ranks_held(last_active_us, rank, now_us, window_us) > 0;
-}
-
 /*
  * The window a flow that holds @held_ranks ranks keeps against queueing
  * delay: MERCURY_PREEMPT_SHARE times the floors of the flows it holds (one

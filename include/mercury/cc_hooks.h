@@ -215,16 +215,16 @@ MERCURY_HOOK void mercury_follow_job_cut(struct sock *sk, struct mercury_sock *c
 
 /*
  * Delay-based yielding, for a ranked flow that is not held. A flow holding
- * @held_ranks ranks yields no lower than its preempt window (cc_core.h).
+ * others yields no lower than its @preempt_window (cc_core.h; 0: it holds
+ * nothing, and yields down to the cwnd floor).
  */
 MERCURY_HOOK void mercury_maybe_yield(struct sock *sk, struct mercury_sock *ca,
 				      struct mercury_ctx *x, __s32 rtt_us,
 				      __u64 now_us, __u32 window_us,
-				      __u32 held_ranks)
+				      __u32 preempt_window)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	__u64 *active = mercury_job_active(x);
-	__u32 keep = mercury_cwnd_floor(x);
 	struct mercury_window w;
 	int delayed;
 
@@ -250,14 +250,12 @@ MERCURY_HOOK void mercury_maybe_yield(struct sock *sk, struct mercury_sock *ca,
 	}
 	if (!delayed)
 		return;
-	if (held_ranks) {
-		keep = mercury_preempt_window(keep, held_ranks);
-		if (mercury_snd_cwnd(tp) <= keep)
-			return;	/* the queue is the held flows' floors */
-	}
+	/* The queue is the held flows' floors. */
+	if (preempt_window && mercury_snd_cwnd(tp) <= preempt_window)
+		return;
 	ca->last_backoff_us = (__u32)now_us;
 	mercury_load(tp, ca, &w);
-	mercury_yield(&w, keep);
+	mercury_yield(&w, preempt_window ? preempt_window : mercury_cwnd_floor(x));
 	mercury_store(tp, ca, &w);
 	MERCURY_COUNT(x, DELAY_BACKOFFS);
 }
@@ -273,7 +271,7 @@ MERCURY_HOOK void mercury_on_acked(struct sock *sk, struct mercury_sock *ca,
 	const __u64 *stamps;
 	struct mercury_window w;
 	struct mercury_ctx x;
-	__u32 held_ranks;
+	__u32 held_ranks, preempt_window;
 
 	/*
 	 * The handshake's ACK: the kernel sets the initial window after it
@@ -314,16 +312,17 @@ MERCURY_HOOK void mercury_on_acked(struct sock *sk, struct mercury_sock *ca,
 	mercury_follow_job_cut(sk, ca, &x, now_us, window_us);
 	if (ca->flags & MERCURY_F_HELD)
 		return;
+	preempt_window = held_ranks ?
+		mercury_preempt_window(mercury_cwnd_floor(&x), held_ranks) : 0;
 	/* Holding others: slow-start back to the preempt window. */
-	if (held_ranks && !mercury_in_reduction(sk)) {
+	if (preempt_window && !mercury_in_reduction(sk)) {
 		mercury_load(tp, ca, &w);
-		if (mercury_preempt_ssthresh(&w, mercury_preempt_window(
-				mercury_cwnd_floor(&x), held_ranks)))
+		if (mercury_preempt_ssthresh(&w, preempt_window))
 			mercury_store(tp, ca, &w);
 	}
 	if (rtt_us > 0)
 		mercury_maybe_yield(sk, ca, &x, rtt_us, now_us, window_us,
-				    held_ranks);
+				    preempt_window);
 }
 
 MERCURY_HOOK void mercury_on_cong_avoid(struct sock *sk, struct mercury_sock *ca,

@@ -72,7 +72,7 @@ TEST_CASE("a rank whose flow ran out of data preempts nobody, until it sends aga
 
     last[2] = (now - 200) | MERCURY_STAMP_IDLE;   // rank 2's flow went idle 0.2 ms ago
     CHECK_FALSE(mercury_preempted(last, 3, now, 1000));   // within the window, yet quiet
-    CHECK_FALSE(mercury_preempting(last, 1, now, 1000));
+    CHECK(mercury_ranks_held(last, 1, now, 1000) == 0);
     CHECK_FALSE(mercury_stamp_active(last[2], now, 1000));
     last[2] = now - 100;   // it sends again
     CHECK(mercury_preempted(last, 3, now, 1000));
@@ -273,10 +273,10 @@ TEST_CASE("precedence is per job: another job's urgent rank holds nobody", "[cor
     CHECK(mercury_preempted(last[1], 5, now, 1000));         // job 1's rank 5: held
     CHECK_FALSE(mercury_preempted(last[2], 5, now, 1000));   // job 2's rank 5: not
     CHECK_FALSE(mercury_preempted(last[MERCURY_JOB_NONE], 5, now, 1000));   // nor a flow with no job
-    CHECK(mercury_preempting(last[1], 0, now + 1, 1000) == 0);
+    CHECK(mercury_ranks_held(last[1], 0, now + 1, 1000) == 0);
     last[2][6] = now - 100;
-    CHECK(mercury_preempting(last[2], 3, now, 1000));        // job 2's rank 3 holds its rank 6
-    CHECK_FALSE(mercury_preempting(last[1], 3, now, 1000));  // but not in job 1
+    CHECK(mercury_ranks_held(last[2], 3, now, 1000) > 0);   // job 2's rank 3 holds its rank 6
+    CHECK(mercury_ranks_held(last[1], 3, now, 1000) == 0);  // but not in job 1
 }
 
 TEST_CASE("another job sending from this host is seen within the window", "[core][jobs]")
@@ -491,12 +491,12 @@ TEST_CASE("a flow knows when it is holding a less urgent rank", "[core]")
     __u64 last[MERCURY_NUM_RANKS] = {};
     const __u64 now = 1'000'000;
     last[5] = now - 300;
-    CHECK(mercury_preempting(last, 0, now, 1000));
-    CHECK(mercury_preempting(last, 4, now, 1000));
-    CHECK_FALSE(mercury_preempting(last, 5, now, 1000));   // same rank
-    CHECK_FALSE(mercury_preempting(last, 6, now, 1000));   // more urgent is not held by us
-    CHECK_FALSE(mercury_preempting(last, 0, now + 2000, 1000));   // went quiet
-    CHECK_FALSE(mercury_preempting(last, MERCURY_RANK_NONE, now, 1000));
+    CHECK(mercury_ranks_held(last, 0, now, 1000) > 0);
+    CHECK(mercury_ranks_held(last, 4, now, 1000) > 0);
+    CHECK(mercury_ranks_held(last, 5, now, 1000) == 0);   // same rank
+    CHECK(mercury_ranks_held(last, 6, now, 1000) == 0);   // more urgent is not held by us
+    CHECK(mercury_ranks_held(last, 0, now + 2000, 1000) == 0);   // went quiet
+    CHECK(mercury_ranks_held(last, MERCURY_RANK_NONE, now, 1000) == 0);
 }
 
 TEST_CASE("a flow holding others keeps a window in proportion to their floors", "[core]")

@@ -239,34 +239,31 @@ TEST_CASE("hooks: a flow holding others yields no lower than twice their floors"
     mercury_on_init(&top);
     // Ranks 3 and 5 have data out: two held ranks, a preempt window of 8.
     auto& stamps = ns.last_active_us[MERCURY_JOB_NONE];
-    stamps[3] = stamps[5] = now_us;
     const __u32 keep = mercury_preempt_window(ns.cwnd_floor, 2);
     REQUIRE(keep == 8);
+    // An RTT later, a delayed ACK at a window of cwnd, ranks 3 and 5 sending or not.
+    auto delayed_ack = [&](__u32 cwnd, bool holding) {
+        now_us += 10'000;
+        top.tp.snd_cwnd = cwnd;
+        stamps[3] = stamps[5] = holding ? now_us : 0;
+        ack(top, 1000 + 5000);
+    };
 
-    ack(top, 1000 + 5000);    // delayed, but the queue is the held flows' floors
+    delayed_ack(6, true);     // the queue is the held flows' floors
     CHECK(ns.counters[DELAY_BACKOFFS] == 0);
     CHECK(top.tp.snd_cwnd == 6);
     CHECK(top.tp.snd_ssthresh == keep);   // slow-starts back up to it
 
-    top.tp.snd_cwnd = 20;
-    now_us += 10'000;
-    stamps[3] = stamps[5] = now_us;
-    ack(top, 1000 + 5000);    // above it: halves, to no lower than it
+    delayed_ack(20, true);    // above it: halves, to no lower than it
     CHECK(ns.counters[DELAY_BACKOFFS] == 1);
     CHECK(top.tp.snd_cwnd == 10);
 
-    top.tp.snd_cwnd = 12;
-    now_us += 10'000;
-    stamps[3] = stamps[5] = now_us;
-    ack(top, 1000 + 5000);
+    delayed_ack(12, true);
     CHECK(ns.counters[DELAY_BACKOFFS] == 2);
     CHECK(top.tp.snd_cwnd == keep);
 
     // Nothing held any more: the plain rule, down to the cwnd floor.
-    top.tp.snd_cwnd = 6;
-    now_us += 10'000;
-    stamps[3] = stamps[5] = 0;
-    ack(top, 1000 + 5000);
+    delayed_ack(6, false);
     CHECK(ns.counters[DELAY_BACKOFFS] == 3);
     CHECK(top.tp.snd_cwnd == 3);
 }

@@ -130,20 +130,32 @@ MERCURY_HOOK void mercury_mark_idle(struct mercury_ctx *x,
 		MERCURY_WRITE(stamps[rank], now_us | MERCURY_STAMP_IDLE);
 }
 
+/* The floor a held flow was last held at (mercury_held_floor). */
+MERCURY_HOOK __u32 mercury_hold_floor_of(const struct mercury_sock *ca,
+					 struct mercury_ctx *x)
+{
+	return (ca->flags & MERCURY_F_FAR) ? MERCURY_FAR_FLOOR :
+					     mercury_cwnd_floor(x);
+}
+
 MERCURY_HOOK void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
 				      struct mercury_ctx *x, __u64 now_us,
 				      __u32 window_us)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
-	__u32 floor = mercury_cwnd_floor(x);
 	int held = !!(ca->flags & MERCURY_F_HELD);
 	int in_reduction = mercury_in_reduction(sk);
 	const __u64 *stamps = mercury_stamps(x, ca->job);
+	__u32 held_at = mercury_hold_floor_of(ca, x);
 	enum mercury_hold_change change;
 	struct mercury_window w;
+	__u32 floor;
 
+	floor = mercury_held_floor(mercury_cwnd_floor(x),
+				   stamps ? mercury_ranks_ahead(stamps, ca->rank,
+								now_us, window_us) : 0);
 	mercury_load(tp, ca, &w);
-	if (mercury_hold_leaked(&w, held, in_reduction, floor))
+	if (mercury_hold_leaked(&w, held, in_reduction, held_at))
 		MERCURY_COUNT(x, HOLD_LEAKS);
 	else if (held && in_reduction)
 		MERCURY_COUNT(x, HELD_IN_RECOVERY);
@@ -163,12 +175,18 @@ MERCURY_HOOK void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
 		break;
 	case MERCURY_HOLD_RELEASED:
 	case MERCURY_HOLD_GRANTED:
-		ca->flags &= ~MERCURY_F_HELD;
+		ca->flags &= ~(MERCURY_F_HELD | MERCURY_F_FAR);
 		if (change == MERCURY_HOLD_GRANTED)
 			MERCURY_COUNT(x, STARVE_GRANTS);
 		else
 			MERCURY_COUNT(x, RELEASES);
 		break;
+	}
+	if (ca->flags & MERCURY_F_HELD) {
+		if (floor == MERCURY_FAR_FLOOR && floor < mercury_cwnd_floor(x))
+			ca->flags |= MERCURY_F_FAR;
+		else
+			ca->flags &= ~MERCURY_F_FAR;
 	}
 	mercury_store(tp, ca, &w);
 	if (change != MERCURY_HOLD_KEPT)
@@ -352,7 +370,8 @@ MERCURY_HOOK __u32 mercury_on_ssthresh(struct sock *sk, struct mercury_sock *ca)
 	mercury_ctx_of(sk, &x);
 	MERCURY_COUNT(&x, LOSS_EVENTS);
 	if (ca->flags & MERCURY_F_HELD)
-		return mercury_held_loss(&ca->hold, ca->weight, mercury_cwnd_floor(&x));
+		return mercury_held_loss(&ca->hold, ca->weight,
+					 mercury_hold_floor_of(ca, &x));
 	/* The job's other flows back off with this one (cc_core.h). */
 	census = mercury_census(&x, ca->job);
 	if (census && ca->job != MERCURY_JOB_NONE && ca->rank < MERCURY_NUM_RANKS &&

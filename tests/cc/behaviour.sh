@@ -150,6 +150,46 @@ test_precedence_small_bdp() {
 	expect precedence-small-bdp/no-leaks "hold_leaks=$(stat_of a hold_leaks)" [ "$(stat_of a hold_leaks)" = 0 ]
 }
 
+# cwnd_median FILE T0 T1: the median cwnd of the samples between two times.
+cwnd_median() {
+	awk -v t0="$2" -v t1="$3" '/^sample/ {
+		t = ""; c = ""
+		for (i = 1; i <= NF; i++) {
+			if ($i ~ /^t_ms=/) { t = $i; sub("t_ms=", "", t) }
+			if ($i ~ /^cwnd=/) { c = $i; sub("cwnd=", "", c) }
+		}
+		if (t + 0 >= t0 + 0 && t + 0 <= t1 + 0 && c != "") print c
+	}' "$1" | sort -n | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : -1 }'
+}
+
+# Held flows keep the full floor only when next in line (cc_core.h,
+# mercury_held_floor): its ACK clock hands the link over when the rank ahead
+# goes quiet. A flow with two ranks ahead keeps one packet out (each floor is
+# queue in front of the most urgent flow), and takes the floor back once it
+# is next in line.
+test_held_floors() {
+	local u0 u1 next far far_after
+	topo_incast
+	ctl a tag set 11 0
+	ctl a tag set 12 1
+	ctl a tag set 14 4
+	flow a next --cc mercury --prio 12 --seconds 6 --interval-ms 50
+	flow a far --cc mercury --prio 14 --seconds 6 --interval-ms 50
+	sleep 1
+	flow a urgent --cc mercury --prio 11 --seconds 3 --interval-ms 100
+	wait_flows
+	u0=$(first_t /tmp/flow-urgent)
+	u1=$(last_t /tmp/flow-urgent)
+	next=$(cwnd_median /tmp/flow-next $((u0 + 500)) "$u1")
+	far=$(cwnd_median /tmp/flow-far $((u0 + 500)) "$u1")
+	expect held-floors/next-keeps-the-floor "rank 1 behind rank 0: median cwnd $next" [ "$next" = 2 ]
+	expect held-floors/far-keeps-one-packet "rank 4 behind ranks 0 and 1: median cwnd $far" [ "$far" = 1 ]
+	# Rank 0 is done; rank 1 sends on and holds rank 4, now next in line.
+	far_after=$(cwnd_median /tmp/flow-far $((u1 + 500)) $((u1 + 1500)))
+	expect held-floors/far-then-next "rank 4 behind rank 1 alone: median cwnd $far_after" [ "$far_after" = 2 ]
+	expect held-floors/no-leaks "hold_leaks=$(stat_of a hold_leaks)" [ "$(stat_of a hold_leaks)" = 0 ]
+}
+
 window_at_least() {	# FILE PACKETS: the last sample's cwnd
 	[ "$(sed -n 's/^sample .*cwnd=\([0-9]*\).*/\1/p' "$1" | tail -1)" -ge "$2" ]
 }
@@ -438,6 +478,6 @@ test_refresh_in_place() {
 	expect table/change-applied "tag 7 at rank $rank" [ "$rank" = 1 ]
 }
 
-BEHAVIOUR_TESTS="select_sysctl select_socket select_drops_pacing fair_untagged precedence_same_host precedence_small_bdp hold_through_loss weights cross_host
+BEHAVIOUR_TESTS="select_sysctl select_socket select_drops_pacing fair_untagged precedence_same_host precedence_small_bdp held_floors hold_through_loss weights cross_host
 	retag_midflight flow_entries expiry starvation_guard bad_input refresh_in_place unprivileged_select
 	netns_limit"

@@ -81,6 +81,26 @@ TEST_CASE("a rank whose flow ran out of data preempts nobody, until it sends aga
     CHECK(mercury_preempted(last, 3, now, 1000));
 }
 
+TEST_CASE("only the held flow next in line keeps the full floor", "[core]")
+{
+    __u64 last[MERCURY_NUM_RANKS] = {};
+    const __u64 now = 1'000'000;
+
+    last[0] = now - 100;
+    CHECK(mercury_ranks_ahead(last, 3, now, 1000) == 1);
+    CHECK(mercury_held_floor(2, 1) == 2);   // next in line: its ACK clock hands over
+    last[1] = now - 200;
+    last[2] = (now - 50) | MERCURY_STAMP_IDLE;   // quiet: not ahead
+    last[5] = now;                                // behind: not ahead
+    CHECK(mercury_ranks_ahead(last, 3, now, 1000) == 2);
+    CHECK(mercury_ranks_ahead(last, 0, now, 1000) == 0);
+    CHECK(mercury_ranks_ahead(last, MERCURY_RANK_NONE, now, 1000) == 0);
+    CHECK(mercury_held_floor(2, 2) == MERCURY_FAR_FLOOR);
+    CHECK(mercury_held_floor(8, 5) == MERCURY_FAR_FLOOR);
+    CHECK(mercury_held_floor(1, 5) == 1);
+    CHECK(mercury_held_floor(4, 0) == 4);
+}
+
 TEST_CASE("a never-active rank preempts nobody", "[core]")
 {
     __u64 last[MERCURY_NUM_RANKS] = {};
@@ -129,6 +149,17 @@ TEST_CASE("hold step: enter, keep at the floor, grant, release", "[core]")
     CHECK(mercury_hold_step(&w, &h, 1, 1, 0, t0 + 1000, 1000, 2) == MERCURY_HOLD_KEPT);
     CHECK(w.cwnd == 2);
     CHECK(h.held_since_us == t0);   // the hold goes on from when it began
+
+    // The floor grew (next in line now): a held flow never grows, so the hold
+    // raises it, outside a reduction only.
+    w.cwnd = 1;
+    CHECK(mercury_hold_step(&w, &h, 1, 1, 0, t0 + 2000, 1000, 2) == MERCURY_HOLD_KEPT);
+    CHECK(w.cwnd == 2);
+    w.cwnd = 1;
+    CHECK(mercury_hold_step(&w, &h, 1, 1, 1, t0 + 3000, 1000, 2) == MERCURY_HOLD_KEPT);
+    CHECK(w.cwnd == 1);   // CWR/Recovery own cwnd
+    CHECK(mercury_hold_step(&w, &h, 1, 1, 0, t0 + 4000, 1000, 1) == MERCURY_HOLD_KEPT);
+    CHECK(w.cwnd == 1);
 
     // Still preempted after max_hold: the starvation guard lets it go.
     CHECK(mercury_hold_step(&w, &h, 1, 1, 0, t0 + 1'000'000, 1000, 2) == MERCURY_HOLD_GRANTED);

@@ -156,6 +156,65 @@ TEST_CASE("hooks: a less urgent flow is held while a more urgent one sends, then
     CHECK(ns.counters[FLOWS_RELEASED] == 1);
 }
 
+TEST_CASE("hooks: a held flow keeps one packet until it is next in line, then the floor", "[hooks]")
+{
+    Netns ns;
+    sock top, next, far;
+    top.ns = next.ns = far.ns = &ns;
+    top.rank = 0;
+    next.rank = 1;
+    far.rank = 4;
+    next.tp.snd_cwnd = far.tp.snd_cwnd = 40;
+    for (sock* s : {&top, &next, &far})
+        mercury_on_init(s);
+
+    ack(top, 1000);
+    ack(next, 1000);
+    ack(far, 1000);
+    CHECK(next.tp.snd_cwnd == ns.cwnd_floor);
+    CHECK(far.tp.snd_cwnd == MERCURY_FAR_FLOOR);   // ranks 0 and 1 ahead
+    CHECK((far.ca.flags & MERCURY_F_FAR));
+
+    // A loss while far back: recovery heads for the single packet.
+    far.ca_state = TCP_CA_Recovery;
+    CHECK(mercury_on_ssthresh(&far, mercury_ca(&far)) == MERCURY_FAR_FLOOR);
+    far.ca_state = TCP_CA_Open;
+
+    // Rank 0 is done: rank 1 is released, rank 4 is next in line and takes
+    // the floor back on its next ACK, still held.
+    top.has_data = false;
+    ack(top, 1000);
+    now_us += 100;
+    ack(next, 1000);
+    ack(far, 1000);
+    CHECK(!(next.ca.flags & MERCURY_F_HELD));
+    CHECK((far.ca.flags & MERCURY_F_HELD));
+    CHECK(!(far.ca.flags & MERCURY_F_FAR));
+    CHECK(far.tp.snd_cwnd == ns.cwnd_floor);
+
+    // Rank 0 sends again: back to one packet; the floor it was held at a
+    // moment ago is no leak.
+    top.has_data = true;
+    ack(top, 1000);
+    ack(far, 1000);
+    CHECK(far.tp.snd_cwnd == MERCURY_FAR_FLOOR);
+    CHECK(ns.counters[HOLD_LEAKS] == 0);
+
+    // A window above its single packet, though, is one.
+    far.tp.snd_cwnd = 2;
+    ack(far, 1000);
+    CHECK(ns.counters[HOLD_LEAKS] == 1);
+    CHECK(far.tp.snd_cwnd == MERCURY_FAR_FLOOR);
+
+    // Released: the window it had, no flag left behind.
+    top.has_data = next.has_data = false;
+    ack(top, 1000);
+    ack(next, 1000);
+    ack(far, 1000);
+    CHECK(!(far.ca.flags & (MERCURY_F_HELD | MERCURY_F_FAR)));
+    CHECK(far.tp.snd_cwnd > ns.cwnd_floor);
+}
+
 TEST_CASE("hooks: the handshake's ACK holds nothing (the kernel sets the initial window after it)", "[hooks]")
 {
     Netns ns;

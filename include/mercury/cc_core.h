@@ -310,8 +310,9 @@ static inline __u32 mercury_ranks_held(const __u64 *last_active_us, __u32 rank,
 /*
  * The window a flow that holds @held_ranks ranks keeps against queueing
  * delay: MERCURY_PREEMPT_SHARE times the floors of the flows it holds (one
- * per rank, at least, at most @floor each), so it keeps at least two
- * thirds of what is in flight. The held flows' floors are a queue of their own, and where the
+ * per rank, at least: @floor for the next in line, a packet for the rest,
+ * mercury_held_floor), so it keeps at least two thirds of what is in
+ * flight. The held flows' floors are a queue of their own, and where the
  * link's bandwidth-delay product is a packet or two they alone exceed the
  * delay threshold: yielding below this window, the most urgent flow yielded
  * to the flows it held (bench-torch, BERT-base at 25 Mbit/s: rank 1 ran at
@@ -322,9 +323,13 @@ static inline __u32 mercury_ranks_held(const __u64 *last_active_us, __u32 rank,
 
 static inline __u32 mercury_preempt_window(__u32 floor, __u32 held_ranks)
 {
-	__u32 w = floor * held_ranks * MERCURY_PREEMPT_SHARE;
+	__u32 floors;
 
-	return w > floor ? w : floor;
+	if (!held_ranks)
+		return floor;
+	floors = mercury_held_floor(floor, 1) +
+		 (held_ranks - 1) * mercury_held_floor(floor, 2);
+	return floors * MERCURY_PREEMPT_SHARE;
 }
 
 /*

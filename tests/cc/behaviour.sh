@@ -115,10 +115,11 @@ test_precedence_same_host() {
 # A most urgent flow that is not rank 0 (so it yields to queueing delay)
 # holds three bulk flows of its host, which share a router's queue on a link
 # whose bandwidth-delay product is about a packet (8 Mbit/s, 1.5 ms a
-# packet). The held flows' 2-packet floors alone are a 9 ms queue, above any
-# delay threshold: yielding to it, the urgent flow fell to the floor too and
-# got about a quarter of the link. It keeps a window of twice their floors
-# (cc_core.h, mercury_preempt_window), so it gets at least two thirds.
+# packet). The held flows' floors (2 packets for the next in line, 1 for the
+# others) alone are a 6 ms queue, above any delay threshold: yielding to it,
+# the urgent flow fell to the floor too and got about a quarter of the link.
+# It keeps a window of twice their floors (cc_core.h,
+# mercury_preempt_window), so it gets at least two thirds.
 # (Through its own egress TCP Small Queues, not cwnd, would set the split.)
 test_precedence_small_bdp() {
 	local RATE=8mbit u0 u1 urgent held=0 t r

@@ -543,8 +543,11 @@ TEST_CASE("a flow holding others keeps a window in proportion to their floors", 
     CHECK(mercury_ranks_held(last, 5, now, 1000) == 0);
     CHECK(mercury_ranks_held(last, MERCURY_RANK_NONE, now, 1000) == 0);
 
-    // Two held ranks at a floor of 2: keep 8 packets, two thirds of 12.
-    CHECK(mercury_preempt_window(2, 2) == 2 * 2 * MERCURY_PREEMPT_SHARE);
+    // Two held ranks at a floor of 2: the next in line keeps 2 packets, the
+    // other one; keep 6 packets, two thirds of 9.
+    CHECK(mercury_preempt_window(2, 2) == (2 + MERCURY_FAR_FLOOR) * MERCURY_PREEMPT_SHARE);
+    CHECK(mercury_preempt_window(2, 1) == 2 * MERCURY_PREEMPT_SHARE);
+    CHECK(mercury_preempt_window(1, 3) == 3 * MERCURY_PREEMPT_SHARE);
     CHECK(mercury_preempt_window(2, 0) == 2);   // never below the floor
 
     mercury_window small{4, 4, 0};
@@ -557,6 +560,6 @@ TEST_CASE("a flow holding others keeps a window in proportion to their floors", 
 
     // A yield from above it stops at it.
     mercury_window w{12, 12, 0};
-    mercury_yield(&w, mercury_preempt_window(2, 2));
+    mercury_yield(&w, mercury_preempt_window(2, 3));
     CHECK(w.cwnd == 8);
 }

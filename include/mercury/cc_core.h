@@ -224,29 +224,10 @@ static inline int mercury_stamp_active(__u64 t, __u64 now_us, __u32 window_us)
 }
 
 /*
- * True if a rank more urgent than @rank was active within @window_us of
- * @now_us (@last_active_us: the job's stamps, above). Unranked flows are
- * never preempted.
- */
-static inline int mercury_preempted(const __u64 *last_active_us, __u32 rank,
-				    __u64 now_us, __u32 window_us)
-{
-	__u32 r;
-
-	if (rank >= MERCURY_NUM_RANKS)
-		return 0;
-	for (r = 0; r < MERCURY_NUM_RANKS; r++) {
-		if (r >= rank)
-			break;
-		if (mercury_stamp_active(last_active_us[r], now_us, window_us))
-			return 1;
-	}
-	return 0;
-}
-
-/*
- * How many ranks more urgent than @rank were active within @window_us: the
- * flow is next in line for the link if one, further back if more.
+ * How many ranks more urgent than @rank were active within @window_us of
+ * @now_us (@last_active_us: the job's stamps, above). If any, the flow is
+ * held: next in line for the link if one, further back if more. Unranked
+ * flows are never held.
  */
 static inline __u32 mercury_ranks_ahead(const __u64 *last_active_us, __u32 rank,
 					__u64 now_us, __u32 window_us)

@@ -149,20 +149,17 @@ MERCURY_HOOK void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
 	__u32 held_at = mercury_hold_floor_of(ca, x);
 	enum mercury_hold_change change;
 	struct mercury_window w;
-	__u32 floor;
+	__u32 ahead, floor;
 
-	floor = mercury_held_floor(mercury_cwnd_floor(x),
-				   stamps ? mercury_ranks_ahead(stamps, ca->rank,
-								now_us, window_us) : 0);
+	ahead = stamps ? mercury_ranks_ahead(stamps, ca->rank, now_us, window_us) : 0;
+	floor = mercury_held_floor(mercury_cwnd_floor(x), ahead);
 	mercury_load(tp, ca, &w);
 	if (mercury_hold_leaked(&w, held, in_reduction, held_at))
 		MERCURY_COUNT(x, HOLD_LEAKS);
 	else if (held && in_reduction)
 		MERCURY_COUNT(x, HELD_IN_RECOVERY);
-	change = mercury_hold_step(&w, &ca->hold, held,
-				   stamps && mercury_preempted(stamps, ca->rank,
-							       now_us, window_us),
-				   in_reduction, now_us, mercury_max_hold_ms(x), floor);
+	change = mercury_hold_step(&w, &ca->hold, held, ahead > 0, in_reduction,
+				   now_us, mercury_max_hold_ms(x), floor);
 	switch (change) {
 	case MERCURY_HOLD_UNCHANGED:
 		return;
@@ -183,7 +180,7 @@ MERCURY_HOOK void mercury_update_hold(struct sock *sk, struct mercury_sock *ca,
 		break;
 	}
 	if (ca->flags & MERCURY_F_HELD) {
-		if (floor == MERCURY_FAR_FLOOR && floor < mercury_cwnd_floor(x))
+		if (floor < mercury_cwnd_floor(x))
 			ca->flags |= MERCURY_F_FAR;
 		else
 			ca->flags &= ~MERCURY_F_FAR;

@@ -56,13 +56,13 @@ TEST_CASE("a flow is preempted only by a more urgent rank active within the wind
     const __u64 now = 1'000'000;
     last[2] = now - 500;   // rank 2 active 0.5 ms ago
 
-    CHECK(mercury_preempted(last, 3, now, 1000));    // less urgent: held
-    CHECK(mercury_preempted(last, 7, now, 1000));
-    CHECK_FALSE(mercury_preempted(last, 2, now, 1000));   // same rank: shares
-    CHECK_FALSE(mercury_preempted(last, 1, now, 1000));   // more urgent: not held
-    CHECK_FALSE(mercury_preempted(last, MERCURY_RANK_NONE, now, 1000));  // unranked
-    CHECK_FALSE(mercury_preempted(last, 3, now + 600, 1000));   // rank 2 went quiet
-    CHECK(mercury_preempted(last, 3, now - 100, 1000));   // stamp ahead of our clock
+    CHECK(mercury_ranks_ahead(last, 3, now, 1000) > 0);    // less urgent: held
+    CHECK(mercury_ranks_ahead(last, 7, now, 1000) > 0);
+    CHECK(mercury_ranks_ahead(last, 2, now, 1000) == 0);   // same rank: shares
+    CHECK(mercury_ranks_ahead(last, 1, now, 1000) == 0);   // more urgent: not held
+    CHECK(mercury_ranks_ahead(last, MERCURY_RANK_NONE, now, 1000) == 0);  // unranked
+    CHECK(mercury_ranks_ahead(last, 3, now + 600, 1000) == 0);   // rank 2 went quiet
+    CHECK(mercury_ranks_ahead(last, 3, now - 100, 1000) > 0);   // stamp ahead of our clock
 }
 
 TEST_CASE("a rank whose flow ran out of data preempts nobody, until it sends again", "[core]")
@@ -71,14 +71,14 @@ TEST_CASE("a rank whose flow ran out of data preempts nobody, until it sends aga
     const __u64 now = 1'000'000;
 
     last[2] = (now - 200) | MERCURY_STAMP_IDLE;   // rank 2's flow went idle 0.2 ms ago
-    CHECK_FALSE(mercury_preempted(last, 3, now, 1000));   // within the window, yet quiet
+    CHECK(mercury_ranks_ahead(last, 3, now, 1000) == 0);   // within the window, yet quiet
     CHECK(mercury_ranks_held(last, 1, now, 1000) == 0);
     CHECK_FALSE(mercury_stamp_active(last[2], now, 1000));
     last[2] = now - 100;   // it sends again
-    CHECK(mercury_preempted(last, 3, now, 1000));
+    CHECK(mercury_ranks_ahead(last, 3, now, 1000) > 0);
     CHECK(mercury_stamp_active(last[2], now, 1000));
     last[1] = (now - 50) | MERCURY_STAMP_IDLE;   // another quiet rank changes nothing
-    CHECK(mercury_preempted(last, 3, now, 1000));
+    CHECK(mercury_ranks_ahead(last, 3, now, 1000) > 0);
 }
 
 TEST_CASE("only the held flow next in line keeps the full floor", "[core]")
@@ -104,7 +104,7 @@ TEST_CASE("only the held flow next in line keeps the full floor", "[core]")
 TEST_CASE("a never-active rank preempts nobody", "[core]")
 {
     __u64 last[MERCURY_NUM_RANKS] = {};
-    CHECK_FALSE(mercury_preempted(last, 7, 500, 1000));
+    CHECK(mercury_ranks_ahead(last, 7, 500, 1000) == 0);
 }
 
 TEST_CASE("hold window is about an RTT, bounded", "[core]")
@@ -301,9 +301,9 @@ TEST_CASE("precedence is per job: another job's urgent rank holds nobody", "[cor
     const __u64 now = 1'000'000;
     last[1][0] = now - 100;   // job 1's rank 0 is sending
 
-    CHECK(mercury_preempted(last[1], 5, now, 1000));         // job 1's rank 5: held
-    CHECK_FALSE(mercury_preempted(last[2], 5, now, 1000));   // job 2's rank 5: not
-    CHECK_FALSE(mercury_preempted(last[MERCURY_JOB_NONE], 5, now, 1000));   // nor a flow with no job
+    CHECK(mercury_ranks_ahead(last[1], 5, now, 1000) > 0);         // job 1's rank 5: held
+    CHECK(mercury_ranks_ahead(last[2], 5, now, 1000) == 0);   // job 2's rank 5: not
+    CHECK(mercury_ranks_ahead(last[MERCURY_JOB_NONE], 5, now, 1000) == 0);   // nor a flow with no job
     CHECK(mercury_ranks_held(last[1], 0, now + 1, 1000) == 0);
     last[2][6] = now - 100;
     CHECK(mercury_ranks_held(last[2], 3, now, 1000) > 0);   // job 2's rank 3 holds its rank 6

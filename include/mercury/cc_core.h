@@ -224,25 +224,38 @@ static inline int mercury_stamp_active(__u64 t, __u64 now_us, __u32 window_us)
 }
 
 /*
- * How many ranks more urgent than @rank were active within @window_us of
- * @now_us (@last_active_us: the job's stamps, above). If any, the flow is
- * held: next in line for the link if one, further back if more. Unranked
- * flows are never held.
+ * How many of ranks @from .. @to - 1 were active within @window_us of
+ * @now_us (@last_active_us: the job's stamps, above).
  */
-static inline __u32 mercury_ranks_ahead(const __u64 *last_active_us, __u32 rank,
-					__u64 now_us, __u32 window_us)
+static inline __u32 mercury_ranks_active(const __u64 *last_active_us,
+					 __u32 from, __u32 to, __u64 now_us,
+					 __u32 window_us)
 {
 	__u32 r, n = 0;
 
-	if (rank >= MERCURY_NUM_RANKS)
-		return 0;
+	/* Constant bounds: the BPF verifier must see every index in range. */
 	for (r = 0; r < MERCURY_NUM_RANKS; r++) {
-		if (r >= rank)
+		if (r < from)
+			continue;
+		if (r >= to)
 			break;
 		if (mercury_stamp_active(last_active_us[r], now_us, window_us))
 			n++;
 	}
 	return n;
+}
+
+/*
+ * How many ranks more urgent than @rank were active: if any, the flow is
+ * held; next in line for the link if one, further back if more. Unranked
+ * flows are never held.
+ */
+static inline __u32 mercury_ranks_ahead(const __u64 *last_active_us, __u32 rank,
+					__u64 now_us, __u32 window_us)
+{
+	if (rank >= MERCURY_NUM_RANKS)
+		return 0;
+	return mercury_ranks_active(last_active_us, 0, rank, now_us, window_us);
 }
 
 /*
@@ -266,7 +279,7 @@ static inline __u32 mercury_held_floor(__u32 floor, __u32 ranks_ahead)
 }
 
 /*
- * How many ranks less urgent than @rank were active within @window_us: this
+ * How many ranks less urgent than @rank were active: this
  * flow holds at least one flow of each, and the queue it sees is partly
  * theirs (so slow start must not end on that delay, and yielding stops at
  * mercury_preempt_window()).
@@ -274,18 +287,10 @@ static inline __u32 mercury_held_floor(__u32 floor, __u32 ranks_ahead)
 static inline __u32 mercury_ranks_held(const __u64 *last_active_us, __u32 rank,
 				       __u64 now_us, __u32 window_us)
 {
-	__u32 r, n = 0;
-
 	if (rank >= MERCURY_NUM_RANKS)
 		return 0;
-	/* Constant bounds: the BPF verifier must see every index in range. */
-	for (r = 0; r < MERCURY_NUM_RANKS; r++) {
-		if (r <= rank)
-			continue;
-		if (mercury_stamp_active(last_active_us[r], now_us, window_us))
-			n++;
-	}
-	return n;
+	return mercury_ranks_active(last_active_us, rank + 1, MERCURY_NUM_RANKS,
+				    now_us, window_us);
 }
 
 /*

@@ -153,14 +153,8 @@ test_precedence_small_bdp() {
 
 # cwnd_median FILE T0 T1: the median cwnd of the samples between two times.
 cwnd_median() {
-	awk -v t0="$2" -v t1="$3" '/^sample/ {
-		t = ""; c = ""
-		for (i = 1; i <= NF; i++) {
-			if ($i ~ /^t_ms=/) { t = $i; sub("t_ms=", "", t) }
-			if ($i ~ /^cwnd=/) { c = $i; sub("cwnd=", "", c) }
-		}
-		if (t + 0 >= t0 + 0 && t + 0 <= t1 + 0 && c != "") print c
-	}' "$1" | sort -n | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : -1 }'
+	samples "$1" cwnd | awk -v t0="$2" -v t1="$3" '$1 + 0 >= t0 + 0 && $1 + 0 <= t1 + 0 { print $2 }' |
+		sort -n | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : -1 }'
 }
 
 # Held flows keep the full floor only when next in line (cc_core.h,
@@ -192,7 +186,7 @@ test_held_floors() {
 }
 
 window_at_least() {	# FILE PACKETS: the last sample's cwnd
-	[ "$(sed -n 's/^sample .*cwnd=\([0-9]*\).*/\1/p' "$1" | tail -1)" -ge "$2" ]
+	[ "$(samples "$1" cwnd | awk 'END { print $2 }')" -ge "$2" ]
 }
 held_in_recovery() { [ "$(stat_of "$1" held_in_recovery)" -ge 1 ]; }
 

@@ -72,13 +72,13 @@ connected_field() {
 	sed -n "s/^connected .*[ ]$2=\([^ ]*\).*/\1/p" "$1" | head -1
 }
 
-# samples FILE: mercury-flow's "sample" lines as "t_ms acked" pairs; the
-# helpers below read only these.
+# samples FILE [FIELD]: mercury-flow's "sample" lines as "t_ms value" pairs,
+# FIELD (default acked) the value; the helpers below read only these.
 samples() {
-	awk '/^sample/ {
+	awk -v field="${2:-acked}" '/^sample/ {
 		for (i = 1; i <= NF; i++) {
 			if ($i ~ /^t_ms=/) { t = $i; sub("t_ms=", "", t) }
-			if ($i ~ /^acked=/) { a = $i; sub("acked=", "", a) }
+			if (index($i, field "=") == 1) { a = $i; sub(field "=", "", a) }
 		}
 		print t, a
 	}' "$1"

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # make deb: three Debian packages from one build (CPack), configured with
 # -DCMAKE_INSTALL_PREFIX=/usr by scripts/make-deb.sh:
-#   mercury         mercuryd, mercuryctl, libmercury (headers, pkg-config),
+#   mercury         mercuryd, mercuryctl, mercury-ps, libmercury (headers, pkg-config),
 #                   systemd units, /etc/mercury/mercuryd.conf (a conffile)
 #   python3-mercury the Python package (mercury, mercury.torch)
 #   mercury-dkms    the module's source for DKMS, built on install and on

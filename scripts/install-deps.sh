@@ -17,7 +17,7 @@ set -euo pipefail
 
 PKGS=(
 	build-essential make cmake pkg-config git file
-	libnl-3-dev libnl-genl-3-dev libboost-dev catch2 python3 strace
+	libnl-3-dev libnl-genl-3-dev libboost-dev libssl-dev catch2 python3 strace
 	prometheus-cpp-dev nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libsystemd-dev systemd
 	libbpf-dev libelf-dev zlib1g-dev bpftool dwarves
 	clang-14 libclang-rt-14-dev llvm-14 gnuplot-nox

@@ -54,8 +54,8 @@ check dkms-module "$ko, built for $(modinfo -F vermagic "$ko" 2>&1 | cut -d' ' -
 	sh -c "modinfo -F vermagic '$ko' | grep -q '^$krel '"
 check conffile "$(dpkg-query -W -f='${Conffiles}' mercury | tr -s ' \n' ' ')" \
 	sh -c "dpkg-query -W -f='\${Conffiles}' mercury | grep -q '/etc/mercury/mercuryd.conf'"
-check binaries "$(/usr/sbin/mercuryd --version 2>&1), $(/usr/sbin/mercuryctl --version 2>&1)" \
-	[ "$(/usr/sbin/mercuryd --version 2>&1)" = "mercuryd $version" ]
+check binaries "$(/usr/sbin/mercuryd --version 2>&1), $(/usr/sbin/mercuryctl --version 2>&1), $(/usr/sbin/mercury-ps --version 2>&1)" \
+	sh -c "[ \"\$(/usr/sbin/mercuryd --version 2>&1)\" = 'mercuryd $version' ] && [ \"\$(/usr/sbin/mercury-ps --version 2>&1)\" = 'mercury-ps $version' ]"
 check units "$(grep -h '^ExecStart=' /lib/systemd/system/mercuryd.service /lib/systemd/system/mercuryd-bpf.service | tr '\n' ' ')" \
 	sh -c "grep -q '^ExecStart=/usr/sbin/mercuryd ' /lib/systemd/system/mercuryd.service && [ -f /lib/systemd/system/mercuryd.socket ]"
 check group "the socket's group: $(getent group mercury)" sh -c 'getent group mercury >/dev/null'

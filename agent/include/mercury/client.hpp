@@ -40,6 +40,7 @@ public:
                                       forward_us.data(), backward_us.data());
     }
     int register_socket(uint32_t layer, int fd) { return mercury_register_socket(client_.get(), layer, fd); }
+    int release_socket(int fd) { return mercury_release_socket(client_.get(), fd); }
     int begin_iteration(uint64_t iteration) { return mercury_begin_iteration(client_.get(), iteration); }
     int register_lane(uint32_t lane, uint32_t lanes, int fd)
     {

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: GPL-2.0
+// mercury-ps: a parameter server for one data-parallel job. Workers
+// (mercury.torch with backend="ps") push gradient chunks; the server sums
+// each chunk once every worker's copy arrived and sends it straight back.
+#include <sys/stat.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <CLI/CLI.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "daemon/log.hpp"
+#include "ps/server.hpp"
+
+namespace {
+
+constexpr const char* kFooter = R"(
+The secret: the file's contents (a trailing newline dropped), else
+$MERCURY_PS_SECRET. Every worker of the job must hold the same one; a
+connection that cannot prove it is refused and logged. Generate one with
+  head -c 32 /dev/urandom | base64 > /etc/mercury/ps-JOB.secret
+
+The server serves one job at a time, any number of runs in turn. A worker
+that vanishes without saying bye, or a chunk that waits --timeout-ms for a
+worker, ends the job: every worker is told why.)";
+
+struct Options {
+    std::string listen, job, secret_file, cc = "mercury", aggregation = "chunk", log_level = "info";
+    std::string agent_socket;
+    bool no_agent = false;
+    uint32_t chunk_bytes = 65536, max_workers = 256, max_connections = 1024;
+    uint64_t max_model_mb = 4096, timeout_ms = 60000;
+};
+
+// "IP:PORT" or "[IPv6]:PORT".
+boost::asio::ip::tcp::endpoint parse_endpoint(const std::string& text)
+{
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos)
+        throw std::runtime_error("--listen wants ADDRESS:PORT, not '" + text + "'");
+    std::string host = text.substr(0, colon);
+    if (host.size() > 1 && host.front() == '[' && host.back() == ']')
+        host = host.substr(1, host.size() - 2);
+    boost::system::error_code ec;
+    const auto address = boost::asio::ip::make_address(host, ec);
+    if (ec)
+        throw std::runtime_error("--listen: '" + host + "' is not an IP address");
+    unsigned long port = 0;
+    try {
+        size_t used = 0;
+        port = std::stoul(text.substr(colon + 1), &used);
+        if (used != text.size() - colon - 1 || port > 65535)
+            throw std::out_of_range("port");
+    } catch (const std::exception&) {
+        throw std::runtime_error("--listen: bad port in '" + text + "'");
+    }
+    return {address, static_cast<unsigned short>(port)};
+}
+
+std::string read_secret(const std::string& file, const mercury::Logger& log)
+{
+    std::string secret;
+    if (!file.empty()) {
+        std::ifstream in(file, std::ios::binary);
+        if (!in)
+            throw std::runtime_error("cannot read --secret-file " + file);
+        std::ostringstream text;
+        text << in.rdbuf();
+        secret = text.str();
+        if (!secret.empty() && secret.back() == '\n')
+            secret.pop_back();
+        struct stat st{};
+        if (::stat(file.c_str(), &st) == 0 && (st.st_mode & S_IROTH))
+            log.warn("the secret file is world-readable", {{"file", file}});
+    } else if (const char* env = std::getenv("MERCURY_PS_SECRET")) {
+        secret = env;
+    }
+    if (secret.empty())
+        throw std::runtime_error("no secret: give --secret-file FILE or set MERCURY_PS_SECRET "
+                                 "(a server without one would sum anyone's bytes into the job)");
+    return secret;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    CLI::App app{"mercury-ps: a parameter server for one data-parallel training job, with immediate\n"
+                 "per-chunk aggregation (mercury.torch backend=\"ps\")",
+                 "mercury-ps"};
+    Options o;
+    app.footer(kFooter);
+    app.set_version_flag("--version", std::string("mercury-ps ") + MERCURY_VERSION);
+    app.add_option("--listen", o.listen, "ADDRESS:PORT to serve on")->required();
+    app.add_option("--job", o.job, "the job's name; workers of other jobs are refused")->required()
+        ->check([](const std::string& s) {
+            return s.empty() || s.size() > mercury::ps::kMaxJobName ? "1..64 bytes" : std::string();
+        });
+    app.add_option("--secret-file", o.secret_file, "file holding the job's secret (else $MERCURY_PS_SECRET)");
+    app.add_option("--cc", o.cc, "congestion control of every connection, set and read back")
+        ->capture_default_str();
+    app.add_option("--aggregation", o.aggregation,
+                   "chunk: answer each chunk once every worker pushed it; tensor: once every worker pushed "
+                   "the whole key (the vanilla parameter server)")
+        ->check(CLI::IsMember({"chunk", "tensor"}))->capture_default_str();
+    app.add_option("--chunk-bytes", o.chunk_bytes, "bytes per push and pull")
+        ->check(CLI::Range(4096u, 1u << 22))->capture_default_str();
+    app.add_option("--timeout-ms", o.timeout_ms, "a chunk waiting this long for a worker ends the job")
+        ->check(CLI::Range(uint64_t{100}, uint64_t{3600000}))->capture_default_str();
+    app.add_option("--max-model-mb", o.max_model_mb, "largest job (bytes of gradients) accepted, MiB")
+        ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))->capture_default_str();
+    app.add_option("--max-workers", o.max_workers, "most workers a job may declare")
+        ->check(CLI::Range(1u, 65536u))->capture_default_str();
+    app.add_option("--max-connections", o.max_connections, "connections at once, more are refused")
+        ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+    app.add_option("--agent-socket", o.agent_socket, "mercuryd's socket (default: $MERCURY_SOCKET, else libmercury's)");
+    app.add_flag("--no-agent", o.no_agent, "do not rank connections through mercuryd");
+    app.add_option("--log-level", o.log_level, "debug, info, warn or error")->capture_default_str();
+    CLI11_PARSE(app, argc, argv);
+
+    mercury::Logger log;
+    mercury::LogLevel level;
+    if (!mercury::parse_log_level(o.log_level, level)) {
+        std::cerr << "mercury-ps: --log-level is debug, info, warn or error\n";
+        return 2;
+    }
+    log.set_level(level);
+    if (o.chunk_bytes % sizeof(float)) {
+        std::cerr << "mercury-ps: --chunk-bytes must be a multiple of 4\n";
+        return 2;
+    }
+    try {
+        mercury::ps::ServerOptions options;
+        options.job = o.job;
+        options.secret = read_secret(o.secret_file, log);
+        options.cc = o.cc;
+        options.aggregation = o.aggregation == "tensor" ? mercury::ps::Aggregation::kTensor
+                                                        : mercury::ps::Aggregation::kChunk;
+        options.chunk_elems = o.chunk_bytes / sizeof(float);
+        options.stall_timeout = std::chrono::milliseconds(o.timeout_ms);
+        options.max_model_bytes = o.max_model_mb << 20;
+        options.max_workers = o.max_workers;
+        options.max_connections = o.max_connections;
+        options.use_agent = !o.no_agent;
+        options.agent_socket = o.agent_socket;
+
+        boost::asio::io_context io;
+        mercury::ps::Server server(io, log, options);
+        const auto at = parse_endpoint(o.listen);
+        server.listen(at);
+        log.info("serving", {{"job", o.job}, {"listen", o.listen}, {"cc", o.cc}, {"aggregation", o.aggregation}});
+        boost::asio::signal_set signals(io, SIGTERM, SIGINT);
+        signals.async_wait([&](const boost::system::error_code& ec, int) {
+            if (ec)
+                return;
+            log.info("stopping");
+            server.stop();
+            io.stop();
+        });
+        std::signal(SIGPIPE, SIG_IGN);
+        io.run();
+    } catch (const std::exception& e) {
+        std::cerr << "mercury-ps: " << e.what() << "\n";
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: GPL-2.0
+// mercury-ps's network side: accepts workers, proves each knows the job's
+// secret, checks every push against the declared shape and answers each
+// unit's sum on the connection every worker pushed it on. One job at a
+// time; when a member vanishes or a unit waits too long, every member is
+// told why and the job ends, so no worker hangs.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "daemon/log.hpp"
+#include "ps/aggregator.hpp"
+#include "ps/wire.hpp"
+
+namespace mercury {
+class Client;
+}
+
+namespace mercury::ps {
+
+struct ServerOptions {
+    std::string job;
+    std::string secret;
+    std::string cc = "mercury";          // every connection's congestion control, read back
+    Aggregation aggregation = Aggregation::kChunk;
+    uint32_t chunk_elems = 16384;        // 64 KiB of float32
+    std::chrono::milliseconds stall_timeout{60000};
+    std::chrono::milliseconds handshake_timeout{10000};
+    uint64_t max_model_bytes = uint64_t{4} << 30;
+    uint32_t max_workers = 256;
+    uint32_t max_connections = 1024;
+    bool use_agent = true;               // rank connections through the local mercuryd
+    std::string agent_socket;            // empty: libmercury's default ($MERCURY_SOCKET)
+};
+
+class Peer;
+
+class Server {
+public:
+    Server(boost::asio::io_context& io, const Logger& log, ServerOptions options);
+    ~Server();
+    // Throws std::runtime_error with the reason if it cannot listen or set the CC.
+    void listen(const boost::asio::ip::tcp::endpoint& at);
+    boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
+    void stop();
+
+private:
+    friend class Peer;
+    void accept();
+    void tick();
+    // Adds an authenticated peer to the job (starting one if none runs); the
+    // reason it cannot join, or "".
+    std::string admit(const std::shared_ptr<Peer>& peer, const Hello& hello, JobShape shape);
+    void pushed(const std::shared_ptr<Peer>& peer, uint32_t key, uint64_t offset, std::span<const float> data);
+    void left(Peer& peer, bool said_bye);
+    void end_job(const std::string& why);
+    void forget(Peer& peer);
+
+    boost::asio::io_context& io_;
+    const Logger& log_;
+    ServerOptions options_;
+    boost::asio::ip::tcp::acceptor acceptor_;
+    boost::asio::steady_timer ticker_;
+    std::unique_ptr<Client> agent_;
+    bool agent_warned_ = false;
+    std::set<std::shared_ptr<Peer>> peers_;
+    // The job: its aggregator, members by (worker, lane), and per key and
+    // worker the connection that worker pushes it on (answers go there).
+    std::optional<Aggregator> job_;
+    std::map<std::pair<uint32_t, uint32_t>, std::weak_ptr<Peer>> members_;
+    std::vector<std::weak_ptr<Peer>> reply_to_;
+    uint64_t jobs_served_ = 0;
+};
+
+}  // namespace mercury::ps

@@ -78,3 +78,33 @@ def test_pip_installs_the_tree(tmp_path) -> None:
     version, path = out.stdout.split()
     assert version == mercury.__version__ and path.startswith(str(target))
     assert (target / "mercury" / "py.typed").exists()
+
+
+PS_PROBE = r"""
+#include <cstdio>
+#include <cstddef>
+#include "ps/wire.hpp"
+using namespace mercury::ps;
+int main() {
+    std::printf("MAGIC %u\nVERSION %u\nNONCE_BYTES %zu\nMAC_BYTES %zu\nMAX_JOB_NAME %zu\nMAX_LANES %u\n"
+                "MAX_KEYS %u\n", kMagic, kVersion, kNonceBytes, kMacBytes, kMaxJobName, kMaxLanes, kMaxKeys);
+    std::printf("PUSH %d\nBYE %d\nREADY %d\nPULL %d\nERROR %d\n", int(Type::kPush), int(Type::kBye),
+                int(Type::kReady), int(Type::kPull), int(Type::kError));
+    std::printf("CHALLENGE %zu\nHELLO %zu\nHEADER %zu\n", sizeof(Challenge), offsetof(Hello, mac), sizeof(Header));
+}
+"""
+
+
+def test_ps_wire_matches_c(tmp_path) -> None:
+    """mercury.ps's wire values and record sizes are agent/src/ps/wire.hpp's."""
+    from mercury import ps
+    src, exe = tmp_path / "probe.cpp", tmp_path / "probe"
+    src.write_text(PS_PROBE)
+    subprocess.run(["g++", "-std=c++20", f"-I{TOP}/agent/src", str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    for name in ("MAGIC", "VERSION", "NONCE_BYTES", "MAC_BYTES", "MAX_JOB_NAME", "MAX_LANES", "MAX_KEYS",
+                 "PUSH", "BYE", "READY", "PULL", "ERROR"):
+        assert getattr(ps, name) == value(out, name), name
+    assert ps.CHALLENGE.size == value(out, "CHALLENGE")
+    assert ps.HELLO.size == value(out, "HELLO")
+    assert ps.HEADER.size == value(out, "HEADER")

@@ -2,9 +2,14 @@
 """The torch checks of `make torchtest`: real Gloo processes train the same
 model as DDP and with mercury.torch, and must end with the same parameters.
 
-usage: checks.py --mercuryctl PATH [--no-agent-socket PATH]
-Runs in a network namespace with mercuryd reachable at $MERCURY_SOCKET and a
-Mercury datapath registered. Prints PASS/FAIL lines and "N passed, M failed".
+Every check runs for both backends: "mercury" (all-reduce on the lanes) and
+"ps" (mercury-ps servers, backend="ps").
+
+usage: checks.py --mercuryctl PATH --servers HOST:PORT,...
+Runs in a network namespace with mercuryd reachable at $MERCURY_SOCKET, a
+Mercury datapath registered and the mercury-ps servers serving job
+$MERCURY_JOB with the secret in $MERCURY_PS_SECRET_FILE. Prints PASS/FAIL
+lines and "N passed, M failed".
 """
 from __future__ import annotations
 
@@ -91,18 +96,21 @@ FOUR_WORKERS = ("accumulate", "accumulate-no-sync", "clip-plain", "clip-method",
                 "unused-parameters")
 
 
-def run_loops(tmp: str, world: int, loops: List[str]) -> Dict[str, List[dict]]:
-    """Both modes, ``world`` workers, every loop in one process per worker;
+MODES = ("mercury", "ps")   # the modes checked against DDP: mercury.torch on each backend
+
+
+def run_loops(tmp: str, world: int, loops: List[str], servers: str) -> Dict[str, List[dict]]:
+    """Every mode, ``world`` workers, every loop in one process per worker;
     {mode: [per-rank results]}."""
     out: Dict[str, List[dict]] = {}
-    for mode in ("ddp", "mercury"):
+    for mode in ("ddp",) + MODES:
         port = random.randint(20000, 40000)
         procs = []
         for rank in range(world):
             path = os.path.join(tmp, f"loops-{mode}-{world}w-{rank}.pt")
             err = open(path + ".err", "w+")
             cmd = [PYTHON, os.path.join(HERE, "loops.py"), "--rank", str(rank), "--world", str(world),
-                   "--port", str(port), "--mode", mode, "--out", path] + loops
+                   "--port", str(port), "--mode", mode, "--servers", servers, "--out", path] + loops
             procs.append((subprocess.Popen(cmd, stderr=err), path, err))
         out[mode] = []
         for p, path, err in procs:
@@ -119,21 +127,23 @@ def run_loops(tmp: str, world: int, loops: List[str]) -> Dict[str, List[dict]]:
     return out
 
 
-def check_loops(tmp: str) -> None:
+def check_loops(tmp: str, servers: str) -> None:
     for world, loops in ((2, list(LOOPS)), (4, list(FOUR_WORKERS))):
         try:
-            res = run_loops(tmp, world, loops)
+            res = run_loops(tmp, world, loops, servers)
         except RuntimeError as e:
             for name in loops:
-                report(f"torch/loop-{name}/{world}-workers", False, str(e))
+                for mode in MODES:
+                    report(f"torch/{mode}/loop-{name}/{world}-workers", False, str(e))
             continue
-        for name in loops:
+        for name, mode in ((n, m) for n in loops for m in MODES):
+            test = f"torch/{mode}/loop-{name}/{world}-workers"
             limit = LOOPS[name]
-            mine = [r[name] for r in res["mercury"]]
+            mine = [r[name] for r in res[mode]]
             ddp = [r[name] for r in res["ddp"]]
             errors = [r["error"] for r in mine + ddp if "error" in r]
             if errors:
-                report(f"torch/loop-{name}/{world}-workers", False, errors[0].strip().replace("\n", " | ")[-600:])
+                report(test, False, errors[0].strip().replace("\n", " | ")[-600:])
                 continue
             diff = max(max(max_relative_difference(m["state"], d["state"]),
                            logged_difference(m["logged"], d["logged"])) for m, d in zip(mine, ddp))
@@ -141,47 +151,61 @@ def check_loops(tmp: str) -> None:
             params = mine[0]["parameters"]
             replicas = max(max_relative_difference({k: m["state"][k] for k in params},
                                                    {k: mine[0]["state"][k] for k in params}) for m in mine)
-            report(f"torch/loop-{name}/{world}-workers", diff <= limit and replicas <= limit,
+            report(test, diff <= limit and replicas <= limit,
                    f"max relative difference to DDP {diff:.3g} (limit {limit:g}; parameters, buffers and "
                    f"logged values), between replicas {replicas:.3g}")
+
+
+def check_equivalence(tmp: str, mode: str, optimizer: str, world: int, ddp: List[Dict[str, torch.Tensor]],
+                      ctl: List[str]) -> None:
+    """``mode`` trains as DDP did: the same parameters, identical replicas,
+    on more than one lane; with 2 workers and SGD, its lane sockets are in
+    the datapath and the agent learned the timings."""
+    name = f"torch/{mode}/ddp-equivalence-{optimizer}/{world}-workers"
+    checks = ["--check-lanes", "--check-timings"] if (optimizer, world) == ("sgd", 2) else []
+    try:
+        res, mine, _ = run(tmp, f"{mode}-{optimizer}-{world}w", world, mode, ["--optimizer", optimizer] + checks + ctl)
+    except RuntimeError as e:
+        report(name, False, str(e))
+        return
+    lanes = res[0]["lanes"]
+    diff = max(max_relative_difference(m, d) for m, d in zip(mine, ddp))
+    replicas = max(max_relative_difference(m, mine[0]) for m in mine)
+    report(name, diff <= TOLERANCE and replicas == 0 and lanes > 1,
+           f"max relative difference to DDP {diff:.3g} (limit {TOLERANCE:g}), between replicas "
+           f"{replicas:.3g}, {lanes} lanes{'' if lanes > 1 else ': ' + str(res[0]['single_lane_reason'])}")
+    if checks:
+        errors = [r["lanes_error"] for r in res if r["lanes_error"]]
+        report(f"torch/{mode}/lanes-registered", not errors,
+               "; ".join(errors) if errors else
+               f"{world} workers x {lanes} lanes: every lane socket in the datapath at its lane's rank")
+        t = res[0].get("timings_error")
+        report(f"torch/{mode}/timings-learned", t == "",
+               t or "mercuryctl status shows per-layer forward/backward times and ranks in forward order")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--mercuryctl", required=True)
+    ap.add_argument("--servers", required=True, help="the mercury-ps servers, HOST:PORT,...")
     args = ap.parse_args()
-    ctl = ["--mercuryctl", args.mercuryctl]
+    ctl = ["--mercuryctl", args.mercuryctl, "--servers", args.servers]
     with tempfile.TemporaryDirectory(prefix="mercury-torch-") as tmp:
         reference = {}
         for optimizer in ("sgd", "adam"):
             for world in (2, 4):
                 tag = f"{optimizer}-{world}w"
-                name = f"torch/ddp-equivalence-{optimizer}/{world}-workers"
                 try:
                     _, ddp, _ = run(tmp, "ddp-" + tag, world, "ddp", ["--optimizer", optimizer])
-                    checks = ["--check-lanes", "--check-timings"] if (optimizer, world) == ("sgd", 2) else []
-                    res, mine, _ = run(tmp, "mercury-" + tag, world, "mercury",
-                                       ["--optimizer", optimizer] + checks + ctl)
                 except RuntimeError as e:
-                    report(name, False, str(e))
+                    for mode in MODES:
+                        report(f"torch/{mode}/ddp-equivalence-{optimizer}/{world}-workers", False, str(e))
                     continue
                 reference[tag] = ddp[0]
-                lanes = res[0]["lanes"]
-                diff = max(max_relative_difference(m, d) for m, d in zip(mine, ddp))
-                replicas = max(max_relative_difference(m, mine[0]) for m in mine)
-                report(name, diff <= TOLERANCE and replicas == 0 and lanes > 1,
-                       f"max relative difference to DDP {diff:.3g} (limit {TOLERANCE:g}), between replicas "
-                       f"{replicas:.3g}, {lanes} lanes{'' if lanes > 1 else ': ' + str(res[0]['single_lane_reason'])}")
-                if checks:
-                    errors = [r["lanes_error"] for r in res if r["lanes_error"]]
-                    report("torch/lanes-registered", not errors,
-                           "; ".join(errors) if errors else
-                           f"{world} workers x {lanes} lanes: every lane socket in the datapath at its lane's rank")
-                    t = res[0].get("timings_error")
-                    report("torch/timings-learned", t == "",
-                           t or "mercuryctl status shows per-layer forward/backward times and ranks in forward order")
+                for mode in MODES:
+                    check_equivalence(tmp, mode, optimizer, world, ddp, ctl)
 
-        check_loops(tmp)
+        check_loops(tmp, args.servers)
 
         # No agent: a single lane, one warning, the same parameters.
         try:

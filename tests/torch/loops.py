@@ -6,7 +6,7 @@ or with mercury.torch.DistributedOptimizer, and saves per loop the final
 parameters and buffers and what the loop logged. The same seeds and data in
 both modes: checks.py compares them.
 
-usage: loops.py --rank R --world W --port P --mode ddp|mercury --out FILE LOOP...
+usage: loops.py --rank R --world W --port P --mode ddp|mercury|ps [--servers H:P,...] --out FILE LOOP...
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python")
 import mercury.torch as mt  # noqa: E402
 
 STEPS = 6
+SERVERS: List[str] = []   # mode ps: the mercury-ps servers (--servers)
 
 
 class SmallNet(nn.Module):
@@ -122,7 +123,8 @@ class Run:
             self.no_sync = self.net.no_sync
         else:
             self.net = model
-            self.opt = mt.DistributedOptimizer(model, make_opt(model))
+            ps = dict(backend="ps", servers=SERVERS) if mode == "ps" else {}
+            self.opt = mt.DistributedOptimizer(model, make_opt(model), **ps)
             self.no_sync = getattr(self.opt, "no_sync", None)   # absent before no_sync() existed
 
     def clip(self, max_norm: float) -> None:
@@ -132,7 +134,7 @@ class Run:
             self.opt.clip_grad_norm_(max_norm)
 
     def close(self) -> None:
-        if self.mode == "mercury":
+        if self.mode != "ddp":
             self.opt.close()
 
 
@@ -324,10 +326,12 @@ def main() -> int:
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--mode", choices=["ddp", "mercury"], required=True)
+    ap.add_argument("--mode", choices=["ddp", "mercury", "ps"], required=True)
+    ap.add_argument("--servers", default="", help="mode ps: the mercury-ps servers, HOST:PORT,...")
     ap.add_argument("--out", required=True)
     ap.add_argument("loops", nargs="+", choices=sorted(LOOPS))
     args = ap.parse_args()
+    SERVERS[:] = [s for s in args.servers.split(",") if s]
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank,
                             world_size=args.world)

@@ -4,8 +4,10 @@
 # `make torchtest`: mercury.torch on real PyTorch (Debian's python3-torch),
 # natively with the BPF datapath. Registers the datapath (a loader mercuryd,
 # unless a CC named mercury is already there), starts the worker's mercuryd
-# in a network namespace of its own and runs tests/torch/checks.py there:
-# Gloo over that namespace's loopback. Prints PASS/FAIL lines and
+# and two mercury-ps servers (job torchtest, a secret of this run's) in a
+# network namespace of its own and runs tests/torch/checks.py there (Gloo
+# and the servers over that namespace's loopback), then tests/torch/ps_hostile.py
+# against servers of its own. Prints PASS/FAIL lines and
 # "torch: N passed, M failed"; exits non-zero on any failure.
 #
 # usage: run.sh BIN_DIR      (as root)
@@ -18,9 +20,14 @@ export PATH=$build/bin:$build/tests/bin:$PATH
 ns=mercury-torch
 sock=/run/mercury-torch-agent.sock
 log=${TORCH_LOG_DIR:-/tmp}/mercury-torch-agent.log
-agent=""
+ps_log=${TORCH_LOG_DIR:-/tmp}/mercury-torch-ps.log
+servers="127.0.0.1:7101,127.0.0.1:7102"
+secret_dir=$(mktemp -d)
+agent="" ps_pids=""
 cleanup() {
 	[ -n "$agent" ] && kill "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
+	for p in $ps_pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+	rm -rf "$secret_dir"
 	ip netns del $ns 2>/dev/null
 	bpf_loader_stop
 	rm -f "$sock"
@@ -43,9 +50,27 @@ ip -n $ns link set lo up
 ip netns exec $ns mercuryd --datapath=bpf --socket $sock --check-ms 100 2>>"$log" &
 agent=$!
 for _ in $(seq 100); do [ -S $sock ] && break; sleep 0.05; done
+head -c 32 /dev/urandom | base64 >"$secret_dir/secret"
+chmod 600 "$secret_dir/secret"
+: >"$ps_log"
+for s in ${servers//,/ }; do
+	MERCURY_SOCKET=$sock ip netns exec $ns mercury-ps --listen "$s" --job torchtest \
+		--secret-file "$secret_dir/secret" --cc mercury 2>>"$ps_log" &
+	ps_pids="$ps_pids $!"
+done
 
-MERCURY_SOCKET=$sock MERCURY_JOB=torchtest GLOO_SOCKET_IFNAME=lo LIBMERCURY="$build/agent/libmercury.so" \
-	ip netns exec $ns /usr/bin/python3 "$top/tests/torch/checks.py" --mercuryctl "$build/bin/mercuryctl"
+MERCURY_SOCKET=$sock MERCURY_JOB=torchtest MERCURY_PS_SECRET_FILE="$secret_dir/secret" GLOO_SOCKET_IFNAME=lo \
+	LIBMERCURY="$build/agent/libmercury.so" \
+	ip netns exec $ns /usr/bin/python3 "$top/tests/torch/checks.py" --mercuryctl "$build/bin/mercuryctl" \
+	--servers "$servers"
 rc=$?
+ip netns exec $ns /usr/bin/python3 "$top/tests/integration/ps_hostile.py" "$build/bin/mercury-ps" || rc=1
+for p in $ps_pids; do
+	kill -0 "$p" 2>/dev/null || { echo "FAIL torch/ps-alive: a mercury-ps died (see $ps_log)"; rc=1; }
+done
+if grep -q 'level=error' "$ps_log"; then
+	echo "FAIL torch/ps-log: the servers logged errors in runs that should have none: $(grep -m1 'level=error' "$ps_log")"
+	rc=1
+fi
 kill -0 "$agent" 2>/dev/null || { echo "FAIL torch/agent-alive: mercuryd died (see $log)"; rc=1; }
 exit $rc

@@ -70,8 +70,9 @@ def check_lanes(opt: mt.DistributedOptimizer, ctl: str) -> str:
         return f"single lane: {opt.reason_single_lane}"
     want = {f"cookie:{cookie}": mt.lane_rank(i, len(opt.lanes))
             for i, lane in enumerate(opt.lanes.lanes) for cookie in lane.sockets.values()}
-    if len(want) < len(opt.lanes) * (opt.world - 1):
-        return f"found {len(want)} lane sockets, want {len(opt.lanes)} x {opt.world - 1}"
+    peers = len(opt.lanes.servers) if opt.backend == "ps" else opt.world - 1
+    if len(want) < len(opt.lanes) * peers:
+        return f"found {len(want)} lane sockets, want {len(opt.lanes)} x {peers}"
 
     def missing() -> str:
         have = {f["flow"]: f["rank"] for f in mercuryctl_json(ctl, "dump")["flows"]}
@@ -109,7 +110,7 @@ def main() -> int:
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--mode", choices=["ddp", "mercury"], required=True)
+    ap.add_argument("--mode", choices=["ddp", "mercury", "ps"], required=True)
     ap.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--lanes", type=int, default=mt.DEFAULT_LANES)
@@ -117,6 +118,7 @@ def main() -> int:
     ap.add_argument("--check-lanes", action="store_true")
     ap.add_argument("--check-timings", action="store_true")
     ap.add_argument("--mercuryctl", default="mercuryctl")
+    ap.add_argument("--servers", default="", help="mode ps: the mercury-ps servers, HOST:PORT,...")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -131,8 +133,9 @@ def main() -> int:
         opt = make_optimizer(args.optimizer, model.parameters())
     else:
         net = model
+        backend = dict(backend="ps", servers=args.servers.split(",")) if args.mode == "ps" else {}
         opt = mt.DistributedOptimizer(model, make_optimizer(args.optimizer, model.parameters()),
-                                      lanes=args.lanes, congestion_control=args.cc or None)
+                                      lanes=args.lanes, congestion_control=args.cc or None, **backend)
         result["lanes"] = len(opt.lanes)
         result["single_lane_reason"] = opt.reason_single_lane
     loss_fn = nn.CrossEntropyLoss()
@@ -150,7 +153,7 @@ def main() -> int:
             net.train()
             state = copy.deepcopy(opt.state_dict())
             opt.load_state_dict(state)
-    if args.mode == "mercury":
+    if args.mode != "ddp":
         opt.synchronize()
         if args.check_lanes:
             result["lanes_error"] = check_lanes(opt, args.mercuryctl)

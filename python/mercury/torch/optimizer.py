@@ -41,6 +41,7 @@ import mercury
 from mercury.contract import MAX_LANES, NUM_RANKS, rank_lane
 from mercury.torch._guard import GuardedGrad, guard
 from mercury.torch.lanes import Lanes, all_true
+from mercury.torch.ps import PLACEMENTS, ServerLanes, default_job
 from mercury.torch.sockets import available_congestion_controls, pacing_left_by
 
 __all__ = ["DistributedOptimizer", "DEFAULT_LANES", "DEFAULT_BUCKET_BYTES", "DEFAULT_RESYNC_EVERY"]
@@ -143,6 +144,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
         agent_timeout: seconds to wait for mercuryd at start-up.
         broadcast_buffers: as DDP's: worker 0's buffers (BatchNorm's running
             statistics) are broadcast before a forward pass, when DDP would.
+        backend: "allreduce" (Gloo's ring, on the lanes' process groups) or
+            "ps": through mercury-ps parameter servers (``servers``), which
+            sum each chunk as soon as every worker pushed it. The result is
+            the same; see :mod:`mercury.torch.ps`.
+        servers: with backend="ps", the servers' "HOST:PORT"s, in the same
+            order on every worker; they serve job ``$MERCURY_JOB`` (else
+            "torch").
+        secret: with backend="ps", the job's secret; by default the file
+            ``$MERCURY_PS_SECRET_FILE``, else ``$MERCURY_PS_SECRET``.
+        placement: with backend="ps", how buckets are spread over the
+            servers: "balanced" (BytePS's partitions) or "mxnet".
+        server_timeout: with backend="ps", seconds to wait for the servers
+            (start-up, each reduction) before raising an error.
 
     Example::
 
@@ -159,7 +173,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  lanes: int = DEFAULT_LANES, congestion_control: Optional[str] = "mercury",
                  client: Optional[mercury.Client] = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                  resync_every: int = DEFAULT_RESYNC_EVERY, agent_timeout: float = 2.0,
-                 broadcast_buffers: bool = True) -> None:
+                 broadcast_buffers: bool = True, backend: str = "allreduce", servers: Sequence[str] = (),
+                 secret: Optional[str] = None, placement: str = "balanced",
+                 server_timeout: float = 120.0) -> None:
         # Not Optimizer.__init__: param_groups, state and defaults are the wrapped optimizer's.
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             raise TypeError("mercury.torch: pass the model itself, not a DistributedDataParallel wrapper")
@@ -177,6 +193,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 raise ValueError(f"mercury.torch: {name} must be {low}..{high or ''}, not {value}")
         if agent_timeout < 0:
             raise ValueError(f"mercury.torch: agent_timeout must be >= 0, not {agent_timeout}")
+        if backend not in ("allreduce", "ps"):
+            raise ValueError(f"mercury.torch: backend is 'allreduce' or 'ps', not {backend!r}")
+        if backend == "ps" and not servers:
+            raise ValueError("mercury.torch: backend='ps' needs servers=['HOST:PORT', ...]")
+        if backend != "ps" and servers:
+            raise ValueError("mercury.torch: servers= is for backend='ps'")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"mercury.torch: placement is one of {', '.join(PLACEMENTS)}, not {placement!r}")
+        if server_timeout <= 0:
+            raise ValueError(f"mercury.torch: server_timeout must be > 0, not {server_timeout}")
         if not dist.is_initialized():
             raise RuntimeError("mercury.torch: call torch.distributed.init_process_group first")
         other = _attached.get(model)
@@ -189,6 +215,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.bucket_bytes = bucket_bytes
         self.resync_every = resync_every
         self.broadcast_buffers = broadcast_buffers
+        self.backend = backend
+        self._ps_options = dict(secret=secret, placement=placement, timeout=server_timeout)
         self.iteration = 0
         self.reason_single_lane: Optional[str] = None
         self.wait_s = 0.0  # time forward passes spent waiting for reductions
@@ -204,7 +232,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         n = lanes if all_true(ok) else 1
         if n < lanes:
             self.reason_single_lane = why or "another worker cannot use Mercury"
-        self.lanes = Lanes(n)
+        self.lanes: Any = ServerLanes(n, servers) if backend == "ps" else Lanes(n)
         if congestion_control and (n > 1 or congestion_control != "mercury"):
             error = self.lanes.pin(congestion_control)
             if not all_true(error is None) and n > 1:
@@ -344,6 +372,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             bucket.layers += [layer] * len(params)
             size += _nbytes(params)
             self._bucket_of_module[m] = bucket
+        if self.backend == "ps":
+            self._connect_servers()
         in_buckets = {id(p) for b in self._buckets for p in b.params}
         for group in self.optimizer.param_groups:
             for p in group["params"]:
@@ -357,6 +387,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 for i, p in enumerate(b.params):
                     self._hook_gradient(p, b, i)
+
+    def _connect_servers(self) -> None:
+        """backend="ps": every bucket a set of keys on the servers (its
+        gradients and one used-flag per parameter, as the all-reduce sends)."""
+        for b in self._buckets:
+            if b.params[0].dtype != torch.float32:
+                raise TypeError(f"mercury.torch: backend='ps' sums float32 gradients; a bucket holds "
+                                f"{b.params[0].dtype} parameters (use backend='allreduce')")
+        sizes = [sum(p.numel() for p in b.params) + len(b.params) for b in self._buckets]
+        self.lanes.connect(sizes, job=default_job(), worker=self.rank, workers=self.world, **self._ps_options)
 
     def _hook_gradient(self, p: torch.nn.Parameter, b: _Bucket, i: int) -> None:
         def before_accumulate(_grad: torch.Tensor) -> None:
@@ -471,7 +511,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         flat = torch.cat([t.reshape(-1) for t in b.real] + [torch.tensor(b.used, dtype=b.real[0].dtype)])
         flat[:n].mul_(1.0 / self.world)  # as DDP: scale, then sum
         b.flat = flat
-        b.work = dist.all_reduce(flat, group=self.lanes.group(b.lane), async_op=True)
+        if self.backend == "ps":
+            b.work = self.lanes.push(b.index, flat, b.lane)
+        else:
+            b.work = dist.all_reduce(flat, group=self.lanes.group(b.lane), async_op=True)
         # Every parameter's p.grad is guarded, None ones too: under DDP they
         # hold the average once it is in place.
         b.guards = [guard(t, lambda b=b: self._release(b), lambda b=b, i=i: self._zero_later(b, i))
@@ -483,7 +526,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self._trace_file:
             b.trace = {"iteration": self.iteration, "bucket": b.index, "lane": b.lane,
                        "bytes": n * flat.element_size(), "launch": time.perf_counter()}
-            b.work.get_future().then(lambda _f, t=b.trace: t.__setitem__("done", time.perf_counter()))
+            done = lambda *_, t=b.trace: t.__setitem__("done", time.perf_counter())  # noqa: E731
+            b.work.then(done) if self.backend == "ps" else b.work.get_future().then(done)
 
     # -- bringing a bucket's reduction into place ---------------------------
 
@@ -686,6 +730,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if len(self.lanes) > 1:
             self.client.release_lanes()
         self.lanes.close()
+        if self.backend == "ps":
+            dist.barrier()   # every worker out of the servers' job before any starts another
         if self._owns_client:
             self.client.close()
         if self._trace_file:

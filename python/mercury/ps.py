@@ -1,0 +1,398 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A worker's side of mercury-ps, the parameter server (agent/PROTOCOL.md,
+"Parameter server"; the C side is agent/src/ps/wire.hpp, and
+tests/python/test_contract.py checks every value below against it).
+
+:class:`Connection` is one authenticated TCP connection (one server, one
+lane); :class:`PushPull` drives many of them from one background thread:
+:meth:`PushPull.push` queues a key's float32 values, which go out in
+chunks, and the server's sums come back into the same memory, each chunk
+as soon as every worker has pushed it.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import hmac
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+from typing import Deque, Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["PsError", "Connection", "PushPull", "Work", "read_secret", "MAGIC", "VERSION"]
+
+MAGIC = 0x3153504D          # "MPS1"; ps::kMagic
+VERSION = 1                 # ps::kVersion
+NONCE_BYTES = 32            # ps::kNonceBytes
+MAC_BYTES = 32              # ps::kMacBytes
+MAX_JOB_NAME = 64           # ps::kMaxJobName
+MAX_LANES = 8               # ps::kMaxLanes
+MAX_KEYS = 1 << 16          # ps::kMaxKeys
+PUSH, BYE, READY, PULL, ERROR = 1, 2, 16, 17, 18   # ps::Type
+
+CHALLENGE = struct.Struct("<IHHI32s")     # ps::Challenge
+HELLO = struct.Struct("<IHHIIIII")        # ps::Hello up to its mac
+HEADER = struct.Struct("<B3xIII")         # ps::Header
+
+
+class PsError(RuntimeError):
+    """The parameter server refused or ended the job, or cannot be reached."""
+
+
+def read_secret(secret: Optional[str] = None) -> bytes:
+    """The job's secret: ``secret``, else the file ``$MERCURY_PS_SECRET_FILE``
+    (a trailing newline dropped), else ``$MERCURY_PS_SECRET``, as mercury-ps
+    reads it."""
+    if secret is None:
+        path = os.environ.get("MERCURY_PS_SECRET_FILE")
+        if path:
+            with open(path, "rb") as f:
+                data = f.read()
+            return data[:-1] if data.endswith(b"\n") else data
+        secret = os.environ.get("MERCURY_PS_SECRET", "")
+    if not secret:
+        raise PsError("no secret for the parameter servers: pass secret=, or set $MERCURY_PS_SECRET_FILE or "
+                      "$MERCURY_PS_SECRET (the servers' --secret-file)")
+    return secret.encode() if isinstance(secret, str) else secret
+
+
+def parse_address(address: str) -> Tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"a server is HOST:PORT, not {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        part = s.recv(n - len(buf))
+        if not part:
+            raise ConnectionError("connection closed")
+        buf += part
+    return bytes(buf)
+
+
+class Connection:
+    """One connection to a server, handshaken: the job's secret proven, the
+    key sizes declared. ``cc`` is set before connecting and read back."""
+
+    def __init__(self, address: str, *, job: str, secret: bytes, worker: int, workers: int, lane: int,
+                 lanes: int, key_elems: Sequence[int], cc: Optional[str], timeout: float = 30.0) -> None:
+        if not 0 < len(job.encode()) <= MAX_JOB_NAME:
+            raise ValueError(f"job name must be 1..{MAX_JOB_NAME} bytes")
+        if not 0 < len(key_elems) <= MAX_KEYS:
+            raise ValueError(f"1..{MAX_KEYS} keys per server, not {len(key_elems)}")
+        self.address = address
+        host, port = parse_address(address)
+        deadline = time.monotonic() + timeout
+        while True:   # the server may still be starting
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            s = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                if cc:
+                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+                    got = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0", 1)[0].decode()
+                    if got != cc:
+                        raise PsError(f"congestion control reads back {got!r}, not {cc!r}")
+                s.settimeout(max(0.1, deadline - time.monotonic()))
+                s.connect((host, port))
+                break
+            except (ConnectionRefusedError, socket.timeout) as e:
+                s.close()
+                if time.monotonic() >= deadline:
+                    raise PsError(f"parameter server {address} not reachable within {timeout:g} s: {e}") from None
+                time.sleep(0.05)
+            except OSError as e:
+                s.close()
+                raise PsError(f"parameter server {address}: {e}") from None
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            magic, version, _, self.chunk_elems, nonce = CHALLENGE.unpack(_recv_exact(s, CHALLENGE.size))
+            if magic != MAGIC or version != VERSION:
+                raise PsError(f"{address} is not a mercury-ps version {VERSION} server")
+            jb = job.encode()
+            fixed = HELLO.pack(MAGIC, VERSION, len(jb), worker, workers, lane, lanes, len(key_elems))
+            mac = hmac.new(secret, nonce + fixed + jb, hashlib.sha256).digest()
+            s.sendall(fixed + mac + jb + struct.pack(f"<{len(key_elems)}Q", *key_elems))
+            kind, _, _, count = HEADER.unpack(_recv_exact(s, HEADER.size))
+            if kind == ERROR:
+                raise PsError(f"parameter server {address}: {_recv_exact(s, count).decode(errors='replace')}")
+            if kind != READY:
+                raise PsError(f"parameter server {address}: unexpected message {kind} in the handshake")
+        except (OSError, ConnectionError) as e:
+            s.close()
+            raise PsError(f"parameter server {address}: handshake failed: {e}") from None
+        except BaseException:
+            s.close()
+            raise
+        s.settimeout(None)
+        self.sock = s
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Work:
+    """One key's push and pull: done when every chunk's sum is in place."""
+
+    def __init__(self, chunks: int, timeout: float) -> None:
+        self._left = chunks
+        self._done = threading.Event()
+        self._error: Optional[BaseException] = None
+        self._timeout = timeout
+        self._callbacks: List = []
+        self.keys: List[Tuple[int, int]] = []    # (server, key) it waits for
+        if chunks == 0:
+            self._done.set()
+
+    def then(self, callback) -> None:
+        """Calls ``callback()`` once done (from the I/O thread, or now)."""
+        self._callbacks.append(callback)
+        if self._done.is_set():
+            callback()
+
+    def is_completed(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self) -> None:
+        if not self._done.wait(self._timeout):
+            raise PsError(f"no answer from the parameter servers within {self._timeout:g} s")
+        if self._error is not None:
+            raise PsError(str(self._error))
+
+    def _chunk_done(self) -> None:
+        self._left -= 1
+        if self._left == 0:
+            self._finish()
+
+    def _fail(self, error: BaseException) -> None:
+        if not self._done.is_set():
+            self._error = error
+            self._finish()
+
+    def _finish(self) -> None:
+        self._done.set()
+        for cb in self._callbacks:
+            cb()
+
+
+class _Wire:
+    """A connection's queues: chunks to send, the pull being received."""
+
+    def __init__(self, conn: Connection, server: int) -> None:
+        self.conn = conn
+        self.server = server
+        self.out: Deque[memoryview] = collections.deque()
+        self.header = bytearray(HEADER.size)
+        self.have = 0                    # bytes of the current header or payload received
+        self.payload: Optional[memoryview] = None
+        self.payload_work: Optional[Work] = None
+        self.error_text: Optional[bytearray] = None
+
+
+class PushPull:
+    """Pushes keys to their servers and places the sums, on one I/O thread.
+
+    ``connections[(server, lane)]``; ``keys[server]``: that server's key sizes,
+    as declared. A key's memory (a writable buffer of float32s) must stay
+    untouched by the caller until its :class:`Work` is done.
+    """
+
+    def __init__(self, connections: Dict[Tuple[int, int], Connection], timeout: float) -> None:
+        self._wires = {k: _Wire(c, k[0]) for k, c in connections.items()}
+        self._chunk = {server: c.chunk_elems for (server, _), c in connections.items()}
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._pending: Dict[Tuple[int, int], Tuple[memoryview, Work]] = {}   # (server, key) -> memory, work
+        self._broken: Optional[str] = None
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        for wire in self._wires.values():
+            wire.conn.sock.setblocking(False)
+            self._selector.register(wire.conn.sock, selectors.EVENT_READ, wire)
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="mercury-ps-io", daemon=True)
+        self._thread.start()
+
+    def push(self, parts: Sequence[Tuple[int, int, memoryview]], lane: int) -> Work:
+        """Pushes each ``(server, key, float32 memory)`` on ``lane``; the sums
+        replace the memory. One Work for all of them."""
+        chunks = sum((len(mem) + self._chunk[s] - 1) // self._chunk[s] for s, _, mem in parts)
+        work = Work(chunks, self._timeout)
+        with self._lock:
+            if self._broken:
+                raise PsError(self._broken)
+            for server, key, mem in parts:
+                if (server, key) in self._pending:
+                    raise PsError(f"key {key} of server {server} pushed again before its sums arrived")
+                self._pending[(server, key)] = (mem, work)
+                work.keys.append((server, key))
+                wire = self._wires[(server, lane)]
+                step = self._chunk[server]
+                raw = mem.cast("B")
+                for off in range(0, len(mem), step):
+                    n = min(step, len(mem) - off)
+                    wire.out.append(memoryview(HEADER.pack(PUSH, key, off, n)))
+                    wire.out.append(raw[off * 4:(off + n) * 4])
+        self._wake_w.send(b"w")
+        return work
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Says bye on every connection and waits until each server has
+        closed it (so it is out of the job before anyone starts the next)."""
+        with self._lock:
+            for wire in self._wires.values():
+                wire.out.append(memoryview(HEADER.pack(BYE, 0, 0, 0)))
+            self._stopping = True
+        self._wake_w.send(b"w")
+        self._thread.join(timeout=timeout)
+        for wire in self._wires.values():
+            wire.conn.close()
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # -- the I/O thread -------------------------------------------------------
+
+    def _fail_all(self, why: str) -> None:
+        with self._lock:
+            if not self._broken:
+                self._broken = why
+            pending = list(self._pending.values())
+            self._pending.clear()
+        for _, work in pending:
+            work._fail(PsError(why))
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as e:  # noqa: BLE001 - every waiter must hear of it
+            self._fail_all(f"parameter server I/O failed: {e}")
+
+    def _loop(self) -> None:
+        ended: set = set()   # wires the server closed after our bye
+        while True:
+            with self._lock:
+                writing = [w for w in self._wires.values() if w.out]
+                stopping = self._stopping
+            if len(ended) == len(self._wires):
+                return
+            for wire in self._wires.values():
+                if wire in ended:
+                    continue
+                events = selectors.EVENT_READ | (selectors.EVENT_WRITE if wire in writing else 0)
+                self._selector.modify(wire.conn.sock, events, wire)
+            for key, events in self._selector.select(timeout=1.0):
+                wire = key.data
+                if wire is None:
+                    try:
+                        self._wake_r.recv(4096)
+                    except BlockingIOError:
+                        pass
+                    continue
+                if events & selectors.EVENT_WRITE:
+                    self._send(wire)
+                if events & selectors.EVENT_READ and not self._receive(wire):
+                    if stopping and not wire.out:
+                        ended.add(wire)
+                        self._selector.unregister(wire.conn.sock)
+                        continue
+                    self._fail_all(f"parameter server {wire.conn.address} closed the connection")
+                    return
+
+    def _send(self, wire: _Wire) -> None:
+        while True:
+            with self._lock:
+                if not wire.out:
+                    return
+                batch = list(wire.out)[:64]
+            try:
+                sent = wire.conn.sock.sendmsg(batch)
+            except BlockingIOError:
+                return
+            with self._lock:
+                while sent > 0:
+                    head = wire.out[0]
+                    if sent >= len(head):
+                        sent -= len(head)
+                        wire.out.popleft()
+                    else:
+                        wire.out[0] = head[sent:]
+                        sent = 0
+
+    def _receive(self, wire: _Wire) -> bool:
+        """Reads what is there; False on EOF or a server's error."""
+        sock = wire.conn.sock
+        while True:
+            try:
+                if wire.payload is None:
+                    n = sock.recv_into(memoryview(wire.header)[wire.have:])
+                else:
+                    n = sock.recv_into(wire.payload[wire.have:])
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if n == 0:
+                return False
+            wire.have += n
+            if wire.payload is None:
+                if wire.have < HEADER.size:
+                    continue
+                if not self._on_header(wire):
+                    return False
+            elif wire.have == len(wire.payload):
+                self._on_payload(wire)
+
+    def _on_header(self, wire: _Wire) -> bool:
+        kind, key, offset, count = HEADER.unpack(wire.header)
+        wire.have = 0
+        server = wire.server
+        if kind == ERROR:
+            wire.error_text = bytearray(count)
+            wire.payload = memoryview(wire.error_text)
+            if count == 0:
+                self._on_payload(wire)
+            return True
+        if kind != PULL:
+            self._fail_all(f"parameter server {wire.conn.address}: unexpected message {kind}")
+            return False
+        with self._lock:
+            entry = self._pending.get((server, key))
+        if entry is None or offset + count > len(entry[0]):
+            self._fail_all(f"parameter server {wire.conn.address}: a sum for key {key} offset {offset} "
+                           "that was not asked for")
+            return False
+        mem, work = entry
+        wire.payload = mem.cast("B")[offset * 4:(offset + count) * 4]
+        wire.payload_work = work
+        if count == 0:
+            self._on_payload(wire)
+        return True
+
+    def _on_payload(self, wire: _Wire) -> None:
+        wire.have = 0
+        wire.payload = None
+        if wire.error_text is not None:
+            text = wire.error_text.decode(errors="replace")
+            wire.error_text = None
+            self._fail_all(f"parameter server {wire.conn.address}: {text}")
+            return
+        work = wire.payload_work
+        wire.payload_work = None
+        if work is None:
+            return
+        if work._left == 1:   # its last chunk: the keys may be pushed again once it is done
+            with self._lock:
+                for k in work.keys:
+                    self._pending.pop(k, None)
+        work._chunk_done()

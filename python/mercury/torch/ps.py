@@ -1,0 +1,171 @@
+# SPDX-License-Identifier: GPL-2.0
+"""``backend="ps"``: each bucket's reduction through mercury-ps servers.
+
+A bucket's flat gradient is cut into partitions placed over the servers;
+each partition is a key of its server. The worker pushes a bucket's keys as
+soon as its gradients are ready, on the connection of the bucket's lane;
+each server sums every chunk once all workers pushed it and sends the sum
+back at once (immediate aggregation), so the pull overlaps the push. The sum
+is what ``all_reduce`` gives, so everything above (guards, deferred steps,
+DDP's semantics) is the all-reduce path's.
+
+Placement, as the PS frameworks do it:
+
+* ``balanced`` (BytePS): every bucket cut into partitions of at most
+  4,096,000 bytes, each to the server with the fewest bytes so far;
+* ``mxnet`` (MXNet's kvstore): a bucket above 1M elements split evenly over
+  all servers, a smaller one whole, round robin.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import torch
+
+import mercury
+from mercury.contract import SO_COOKIE
+from mercury.ps import Connection, PsError, PushPull, Work, parse_address, read_secret
+
+__all__ = ["PLACEMENTS", "PARTITION_BYTES", "MXNET_SPLIT_ELEMS", "Part", "place", "ServerLanes"]
+
+PLACEMENTS = ("balanced", "mxnet")
+PARTITION_BYTES = 4096000          # BytePS's default partition
+MXNET_SPLIT_ELEMS = 1000000        # MXNet's MXNET_KVSTORE_BIGARRAY_BOUND
+
+
+@dataclass(frozen=True)
+class Part:
+    """Elements [start, end) of a bucket, key ``key`` of server ``server``."""
+    server: int
+    key: int
+    start: int
+    end: int
+
+
+def place(sizes: Sequence[int], servers: int, placement: str, elem_bytes: int = 4) -> List[List[Part]]:
+    """Each bucket's partitions (``sizes``: elements per bucket), keys
+    numbered per server in bucket order. Deterministic: every worker gets
+    the same."""
+    if servers < 1:
+        raise ValueError("at least one server")
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement is one of {', '.join(PLACEMENTS)}, not {placement!r}")
+    keys = [0] * servers
+    load = [0] * servers
+    out: List[List[Part]] = []
+    rr = 0
+    for size in sizes:
+        parts: List[Part] = []
+        if placement == "balanced":
+            step = max(1, PARTITION_BYTES // elem_bytes)
+            for start in range(0, size, step):
+                s = min(range(servers), key=lambda i: (load[i], i))
+                end = min(size, start + step)
+                parts.append(Part(s, keys[s], start, end))
+                keys[s] += 1
+                load[s] += end - start
+        elif size > MXNET_SPLIT_ELEMS and servers > 1:
+            bounds = [size * i // servers for i in range(servers + 1)]
+            for s in range(servers):
+                parts.append(Part(s, keys[s], bounds[s], bounds[s + 1]))
+                keys[s] += 1
+                load[s] += bounds[s + 1] - bounds[s]
+        else:
+            s = rr % servers
+            rr += 1
+            parts.append(Part(s, keys[s], 0, size))
+            keys[s] += 1
+            load[s] += size
+        out.append(parts)
+    return out
+
+
+@dataclass
+class _ServerLane:
+    sockets: Dict[int, int] = field(default_factory=dict)  # fd -> cookie, one per server
+
+
+class ServerLanes:
+    """The lanes of ``backend="ps"``: per lane, one connection to every
+    server. The same face as :class:`mercury.torch.lanes.Lanes` (``pin``,
+    ``keep``, ``register``, ``close``), but connected only once the buckets
+    are known (:meth:`connect`, after the first forward pass)."""
+
+    def __init__(self, n: int, servers: Sequence[str]) -> None:
+        if not servers:
+            raise ValueError("mercury.torch: backend='ps' needs servers=['HOST:PORT', ...]")
+        for address in servers:
+            parse_address(address)
+        self.servers = list(servers)
+        self.n = n
+        self.cc: Optional[str] = None
+        self.previous_cc: Set[str] = set()   # set before connect(): the sockets never ran another CC
+        self.lanes: List[_ServerLane] = []
+        self._client: Optional[mercury.Client] = None
+        self._engine: Optional[PushPull] = None
+        self._parts: List[List[Part]] = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def pin(self, cc: str) -> Optional[str]:
+        self.cc = cc
+        return None
+
+    def keep(self, n: int) -> None:
+        self.n = n
+
+    def register(self, client: mercury.Client) -> bool:
+        self._client = client
+        return True
+
+    def connect(self, sizes: Sequence[int], *, job: str, secret: Optional[str], worker: int, workers: int,
+                placement: str, timeout: float) -> None:
+        """Places the buckets (``sizes`` in float32 elements) and opens every
+        connection; raises PsError with the server's reason if one refuses."""
+        key_secret = read_secret(secret)
+        self._parts = place(sizes, len(self.servers), placement)
+        keys: List[List[int]] = [[] for _ in self.servers]
+        for parts in self._parts:
+            for p in parts:
+                keys[p.server].append(p.end - p.start)
+        connections: Dict[Tuple[int, int], Connection] = {}
+        try:
+            for lane in range(self.n):
+                self.lanes.append(_ServerLane())
+                for s, address in enumerate(self.servers):
+                    if not keys[s]:
+                        continue   # a server with nothing placed on it
+                    c = Connection(address, job=job, secret=key_secret, worker=worker, workers=workers, lane=lane,
+                                   lanes=self.n, key_elems=keys[s], cc=self.cc, timeout=timeout)
+                    connections[(s, lane)] = c
+                    cookie = int.from_bytes(c.sock.getsockopt(socket.SOL_SOCKET, SO_COOKIE, 8), "little")
+                    self.lanes[lane].sockets[c.fileno()] = cookie
+                    if self._client is not None and self.n > 1:
+                        self._client.register_lane(lane, self.n, c.sock)
+        except BaseException:
+            for c in connections.values():
+                c.close()
+            raise
+        self._engine = PushPull(connections, timeout)
+
+    def push(self, bucket: int, flat: torch.Tensor, lane: int) -> Work:
+        """Pushes bucket ``bucket``'s ``flat`` (float32, contiguous); its sum
+        over the workers replaces it when the Work is done."""
+        if self._engine is None:
+            raise PsError("mercury.torch: the parameter servers are not connected")
+        mem = memoryview(flat.numpy())
+        return self._engine.push([(p.server, p.key, mem[p.start:p.end]) for p in self._parts[bucket]], lane)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+        self.lanes = []
+
+
+def default_job() -> str:
+    return os.environ.get("MERCURY_JOB", "torch")

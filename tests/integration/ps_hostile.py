@@ -1,0 +1,278 @@
+# SPDX-License-Identifier: GPL-2.0
+"""mercury-ps against peers that break its rules, and its sums checked
+chunk by chunk (used by tests/torch/run.sh, in its network namespace).
+
+Starts its own servers on 127.0.0.1 (congestion control cubic, no agent,
+a 1 s stall timeout) and talks to them in the raw wire format through
+mercury.ps. Prints PASS/FAIL lines.
+
+usage: ps_hostile.py MERCURY_PS_BINARY
+"""
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, List, Optional, Sequence
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+from mercury.ps import (BYE, ERROR, HEADER, PULL, PUSH, Connection, PsError, PushPull,  # noqa: E402
+                        _recv_exact)
+
+SECRET = b"the job's secret"
+JOB = "hostile"
+failed = 0
+
+
+def report(name: str, ok: bool, detail: str) -> None:
+    global failed
+    print(("PASS " if ok else "FAIL ") + "ps/" + name + ("  # " if ok else ": ") + detail, flush=True)
+    failed += not ok
+
+
+class Server:
+    def __init__(self, binary: str, port: int, tmp: str, *extra: str) -> None:
+        self.address = f"127.0.0.1:{port}"
+        self.log = os.path.join(tmp, f"ps-{port}.log")
+        with open(os.path.join(tmp, "secret"), "wb") as f:
+            f.write(SECRET + b"\n")
+        self.proc = subprocess.Popen([binary, "--listen", self.address, "--job", JOB, "--secret-file",
+                                      os.path.join(tmp, "secret"), "--cc", "cubic", "--no-agent",
+                                      "--timeout-ms", "1000", *extra],
+                                     stderr=open(self.log, "w"))
+
+    def text(self) -> str:
+        with open(self.log) as f:
+            return f.read()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def connect(server: Server, worker: int, workers: int, keys: Sequence[int], *, secret: bytes = SECRET,
+            job: str = JOB, lane: int = 0) -> Connection:
+    return Connection(server.address, job=job, secret=secret, worker=worker, workers=workers, lane=lane, lanes=1,
+                      key_elems=keys, cc="cubic", timeout=5)
+
+
+def refused(make: Callable[[], Connection]) -> str:
+    """The reason the server gave, or "" if it accepted."""
+    try:
+        make().close()
+    except PsError as e:
+        return str(e)
+    return ""
+
+
+def push(c: Connection, key: int, offset: int, values: Sequence[float]) -> None:
+    c.sock.sendall(HEADER.pack(PUSH, key, offset, len(values)) + struct.pack(f"<{len(values)}f", *values))
+
+
+def read_message(c: Connection, timeout: float) -> Optional[tuple]:
+    """(type, key, offset, payload) or None if nothing came in time."""
+    c.sock.settimeout(timeout)
+    try:
+        kind, key, offset, count = HEADER.unpack(_recv_exact(c.sock, HEADER.size))
+    except socket.timeout:
+        return None
+    except (ConnectionError, OSError):
+        return ("closed", 0, 0, b"")
+    c.sock.settimeout(10)
+    body = _recv_exact(c.sock, count * 4 if kind == PULL else count)
+    return kind, key, offset, body
+
+
+def error_of(c: Connection, timeout: float = 5.0) -> str:
+    """The error the server sends this connection (skipping sums)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        m = read_message(c, end - time.monotonic())
+        if m is None or m[0] == "closed":
+            return ""
+        if m[0] == ERROR:
+            return m[3].decode()
+    return ""
+
+
+def check_handshake(server: Server) -> None:
+    why = refused(lambda: connect(server, 0, 1, [8], secret=b"a guess"))
+    report("wrong-secret", "authentication failed" in why and "authentication failed" in server.text(),
+           f"refused: {why!r}; logged: {'authentication failed' in server.text()}")
+    why = refused(lambda: connect(server, 0, 1, [8], job="another"))
+    report("wrong-job", "serves job 'hostile'" in why, f"refused: {why!r}")
+    s = socket.create_connection(("127.0.0.1", int(server.address.rsplit(":", 1)[1])))
+    s.settimeout(5)
+    _recv_exact(s, 44)
+    s.sendall(b"GET / HTTP/1.1\r\n" + b"x" * 44)
+    kind, _, _, count = HEADER.unpack(_recv_exact(s, HEADER.size))
+    text = _recv_exact(s, count).decode()
+    report("garbage", kind == ERROR and "not a mercury-ps" in text, f"answered {kind}: {text!r}")
+    s.close()
+    for name, args, want in (("too-many-workers", (0, 100000, [8]), "100000 workers (1..256)"),
+                             ("worker-out-of-range", (3, 2, [8]), "worker 3 of 2"),
+                             ("too-large", (0, 1, [1 << 40]), "at most"),
+                             ("empty-key", (0, 1, [8, 0]), "every key non-empty")):
+        why = refused(lambda: connect(server, *args))
+        report(name, want in why, f"refused: {why!r}")
+
+
+def check_shape_and_pushes(server: Server) -> None:
+    a = connect(server, 0, 2, [100, 50])
+    why = refused(lambda: connect(server, 1, 2, [100]))
+    report("shape-mismatch", "different shape" in why, f"refused: {why!r}")
+    twin = refused(lambda: connect(server, 0, 2, [100, 50]))
+    report("duplicate-lane", "connected already" in twin, f"refused: {twin!r}")
+    b = connect(server, 1, 2, [100, 50])
+    push(a, 0, 3, [1.0] * 10)   # not a chunk
+    ea, eb = error_of(a), error_of(b)
+    report("bad-offset-ends-job", "is not a chunk" in ea and "ended the job" in eb and "is not a chunk" in eb,
+           f"pusher told {ea!r}; the other worker told {eb!r}")
+    a.close(), b.close()
+    a = connect(server, 0, 2, [100, 50])
+    b = connect(server, 1, 2, [100, 50])
+    push(a, 1, 0, [1.0] * 49)   # one element short
+    ea, eb = error_of(a), error_of(b)
+    report("short-chunk-ends-job", "has 49 elements, not 50" in ea and "ended the job" in eb, f"{ea!r}; {eb!r}")
+    a.close(), b.close()
+    a = connect(server, 0, 2, [100])
+    b = connect(server, 1, 2, [100])
+    push(a, 0, 0, [1.0] * 100)
+    push(a, 0, 0, [1.0] * 100)
+    ea = error_of(a)
+    report("double-push-ends-job", "twice before its sum went out" in ea, repr(ea))
+    a.close(), b.close()
+
+
+def check_stall_and_vanish(server: Server) -> None:
+    conns = {(0, 0): connect(server, 0, 2, [64])}
+    b = connect(server, 1, 2, [64])
+    engine = PushPull(conns, timeout=20)
+    values = bytearray(struct.pack("<64f", *([1.0] * 64)))
+    work = engine.push([(0, 0, memoryview(values).cast("f"))], lane=0)
+    t0 = time.monotonic()
+    try:
+        work.wait()
+        why = ""
+    except PsError as e:
+        why = str(e)
+    took = time.monotonic() - t0
+    eb = error_of(b)
+    report("stalled-peer", "timed out" in why and "worker(s) 1" in why and "timed out" in eb and took < 10,
+           f"after {took:.1f} s the pusher was told {why!r}; the stalled one {eb!r}")
+    engine.close(timeout=2)
+    b.close()
+
+    conns = {(0, 0): connect(server, 0, 2, [64])}
+    b = connect(server, 1, 2, [64])
+    engine = PushPull(conns, timeout=20)
+    work = engine.push([(0, 0, memoryview(bytearray(256)).cast("f"))], lane=0)
+    b.sock.close()   # no bye
+    try:
+        work.wait()
+        why = ""
+    except PsError as e:
+        why = str(e)
+    report("vanished-peer", "without saying bye" in why, repr(why))
+    engine.close(timeout=2)
+
+
+def check_non_reader(server: Server) -> None:
+    """A member that pushes but never reads its sums: its queue is bounded
+    (one round of the job's sums), then the job ends, naming it."""
+    a = connect(server, 0, 2, [1024])
+    b = connect(server, 1, 2, [1024])
+    b.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    why, rounds = "", 0
+    for rounds in range(1, 20001):
+        push(b, 0, 0, [1.0] * 1024)
+        push(a, 0, 0, [1.0] * 1024)
+        m = read_message(a, 5)
+        if not m or m[0] != PULL:
+            why = m[3].decode() if m and m[0] == ERROR else f"no answer: {m and m[0]}"
+            break
+    report("non-reader-ends-job", "worker 1 lane 0: does not read its sums" in why,
+           f"after {rounds} rounds of 4 KiB the other worker was told {why!r}")
+    a.close(), b.close()
+
+
+def check_sums(server: Server, tensor_server: Server) -> None:
+    """Three workers, 2.5 chunks of 1024 elements: every sum exact; the
+    first chunk's sum comes before the last chunk is pushed (chunk), or only
+    after (tensor)."""
+    n = 2560
+    for srv, mode in ((server, "chunk"), (tensor_server, "tensor")):
+        cs = [connect(srv, w, 3, [n]) for w in range(3)]
+        chunk = cs[0].chunk_elems
+        data = [[float(w * 1000 + i) for i in range(n)] for w in range(3)]
+        for w, c in enumerate(cs):
+            for off in range(0, n, chunk):
+                if w == 2 and off + chunk >= n:
+                    continue   # the last worker holds back its last chunk
+                push(c, 0, off, data[w][off:off + chunk])
+        early = read_message(cs[0], 0.5)
+        push(cs[2], 0, (n - 1) // chunk * chunk, data[2][(n - 1) // chunk * chunk:])
+        got = {}
+        if early and early[0] == PULL:
+            got[early[2]] = early[3]
+        while len(got) < (n + chunk - 1) // chunk:
+            m = read_message(cs[0], 5)
+            if not m or m[0] != PULL:
+                break
+            got[m[2]] = m[3]
+        values = [v for off in sorted(got) for v in struct.unpack(f"<{len(got[off]) // 4}f", got[off])]
+        want = [sum(d[i] for d in data) for i in range(n)]
+        early_ok = (early is not None and early[0] == PULL and early[2] == 0) if mode == "chunk" else early is None
+        report(f"sums-{mode}", values == want and early_ok,
+               f"{len(values)} elements {'exact' if values == want else 'WRONG'}; before the last push: "
+               f"{'chunk at ' + str(early[2]) if early and early[0] == PULL else 'nothing'}")
+        for c in cs:
+            c.sock.sendall(HEADER.pack(BYE, 0, 0, 0))
+            c.close()
+
+
+def check_cli(binary: str) -> None:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True)
+    report("version", out.returncode == 0 and out.stdout.startswith("mercury-ps "), out.stdout.strip())
+    out = subprocess.run([binary, "--listen", "127.0.0.1:7199", "--job", "x", "--no-agent"], capture_output=True,
+                         text=True, env={k: v for k, v in os.environ.items() if k != "MERCURY_PS_SECRET"}, timeout=10)
+    report("no-secret-refuses-to-start", out.returncode != 0 and "no secret" in out.stderr, out.stderr.strip())
+    out = subprocess.run([binary, "--listen", "nowhere", "--job", "x"], capture_output=True, text=True, timeout=10,
+                         env={**os.environ, "MERCURY_PS_SECRET": "s"})
+    report("bad-listen", out.returncode != 0 and "ADDRESS:PORT" in out.stderr, out.stderr.strip())
+
+
+def main() -> int:
+    binary = sys.argv[1]
+    check_cli(binary)
+    with tempfile.TemporaryDirectory(prefix="mercury-ps-") as tmp:
+        server = Server(binary, 7201, tmp, "--chunk-bytes", "4096")
+        tensor_server = Server(binary, 7202, tmp, "--chunk-bytes", "4096", "--aggregation", "tensor")
+        try:
+            time.sleep(0.3)
+            for check in (lambda: check_handshake(server), lambda: check_shape_and_pushes(server),
+                          lambda: check_stall_and_vanish(server), lambda: check_non_reader(server),
+                          lambda: check_sums(server, tensor_server)):
+                try:
+                    check()
+                except Exception as e:  # noqa: BLE001 - a check that crashed fails, the others still run
+                    report("crashed", False, f"{type(e).__name__}: {e}")
+            # Still serving after all of it: a clean job runs.
+            cs = [connect(server, w, 2, [8]) for w in range(2)]
+            for c in cs:
+                push(c, 0, 0, [1.0] * 8)
+            sums = [read_message(c, 5) for c in cs]
+            report("serves-after-abuse", all(m and m[0] == PULL for m in sums) and server.proc.poll() is None,
+                   f"answers {[m[0] if m else None for m in sums]}")
+        finally:
+            server.stop()
+            tensor_server.stop()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -30,6 +30,12 @@
 # RATES the points are communication = 2x, 1x and 0.5x compute. A ring link
 # check at each rate comes first and is reported.
 #
+# Parameter servers: PS_TOPOLOGY=separate (as many server hosts as workers,
+# mc-s*, each link shaped like a worker's) or colocated (a server in every
+# worker's namespace) starts mercury-ps on those hosts, three per host (the
+# ps modes' aggregation and CC, torch_worker.py's PS_PORTS), each with a
+# mercuryd beside it; add ps-vanilla, ps-cubic and ps-full to MODES.
+#
 # Diagnosis, not measurement: TRACE_DIR=DIR keeps every worker's per-bucket
 # timeline (MERCURY_TORCH_TRACE); FLOW_SAMPLES=DIR samples worker 0's
 # connections with ss throughout each point (experiment/bench/flow-sampler.py;
@@ -77,6 +83,11 @@ DELAY_THRESH_US=${DELAY_THRESH_US:-1000}
 # The window a held flow keeps (CWND_FLOOR, packets): the datapath's default.
 CWND_FLOOR=${CWND_FLOOR:-2}
 REAL_REPEATS=${REAL_REPEATS:-3}
+PS_TOPOLOGY=${PS_TOPOLOGY:-}
+case $PS_TOPOLOGY in
+"" | separate | colocated) ;;
+*) echo "bench-torch: PS_TOPOLOGY is separate or colocated, not '$PS_TOPOLOGY'" >&2; exit 2 ;;
+esac
 
 # Every mode opens process groups of its own (closed again after it).
 ulimit -n "$(ulimit -Hn)"
@@ -87,9 +98,12 @@ log=$out/bench-torch.log
 : >"$log"
 : >"$out/bench-torch-links.txt"
 : >"$out/bench-torch-stats.txt"
-agents=()
+agents=() servers=()
+ps_secret=$(mktemp)
+head -c 32 /dev/urandom | base64 >"$ps_secret"
 cleanup() {
-	for pid in "${agents[@]}"; do kill "$pid" 2>/dev/null || true; done
+	for pid in "${agents[@]}" "${servers[@]}"; do kill "$pid" 2>/dev/null || true; done
+	rm -f "$ps_secret"
 	"$top/experiment/cluster.sh" down
 	bpf_loader_stop
 }
@@ -130,20 +144,39 @@ linkcheck() {
 # run_point LABEL WORKERS RATE_MBIT DELAY_THRESH_US ARGS...: one cluster,
 # every mode, repeats.
 run_point() {
-	local label=$1 workers=$2 rate=$3 thresh=$4 i pids=()
+	local label=$1 workers=$2 rate=$3 thresh=$4 i pids=() hosts=() ps_hosts= h port
 	shift 4
-	"$top/experiment/cluster.sh" up "$workers" 0 "$rate"
+	"$top/experiment/cluster.sh" up "$workers" "$([ "$PS_TOPOLOGY" = separate ] && echo "$workers" || echo 0)" "$rate"
 	linkcheck "$workers" "$rate" | tee -a "$out/bench-torch-links.txt"
+	for i in $(seq 0 $((workers - 1))); do hosts+=("w$i"); done
+	[ "$PS_TOPOLOGY" != separate ] || for i in $(seq 0 $((workers - 1))); do hosts+=("s$i"); done
 	agents=()
-	for i in $(seq 0 $((workers - 1))); do
-		ip netns exec "mc-w$i" mercuryd --datapath=bpf --socket "/run/mercury-bench-w$i.sock" \
+	for h in "${hosts[@]}"; do
+		ip netns exec "mc-$h" mercuryd --datapath=bpf --socket "/run/mercury-bench-$h.sock" \
 			--log-level warn 2>>"$log" &
 		agents+=($!)
 	done
-	for i in $(seq 0 $((workers - 1))); do
-		for _ in $(seq 100); do [ -S "/run/mercury-bench-w$i.sock" ] && break; sleep 0.05; done
-		ip netns exec "mc-w$i" mercuryctl params "delay_thresh_us=$thresh" "cwnd_floor=$CWND_FLOOR" >/dev/null
+	for h in "${hosts[@]}"; do
+		for _ in $(seq 100); do [ -S "/run/mercury-bench-$h.sock" ] && break; sleep 0.05; done
+		ip netns exec "mc-$h" mercuryctl params "delay_thresh_us=$thresh" "cwnd_floor=$CWND_FLOOR" >/dev/null
 	done
+	# The ps modes' servers: port 7100 ps-vanilla, 7101 ps-cubic, 7102 ps-full.
+	servers=()
+	if [ -n "$PS_TOPOLOGY" ]; then
+		for i in $(seq 0 $((workers - 1))); do
+			if [ "$PS_TOPOLOGY" = separate ]; then h=s$i addr=10.3.0.$((100 + i)); else h=w$i addr=10.3.0.$((10 + i)); fi
+			ps_hosts=${ps_hosts:+$ps_hosts,}$addr
+			for port in 7100 7101 7102; do
+				local agg=chunk cc=$BASELINE_CC
+				[ $port = 7100 ] && agg=tensor
+				[ $port = 7102 ] && cc=mercury
+				ip netns exec "mc-$h" env MERCURY_SOCKET="/run/mercury-bench-$h.sock" mercury-ps \
+					--listen "$addr:$port" --job bench --secret-file "$ps_secret" --cc "$cc" \
+					--aggregation $agg --log-level warn 2>>"$log" &
+				servers+=($!)
+			done
+		done
+	fi
 	local sampler= name=model prev= a
 	for a in "$@"; do [ "$prev" = --model ] && name=$a; prev=$a; done
 	if [ -n "${FLOW_SAMPLES:-}" ]; then
@@ -156,10 +189,12 @@ run_point() {
 	echo "bench-torch: $label: $workers workers at $rate Mbit/s"
 	for i in $(seq 0 $((workers - 1))); do
 		ip netns exec "mc-w$i" env MERCURY_SOCKET="/run/mercury-bench-w$i.sock" MERCURY_JOB=bench \
+			MERCURY_PS_SECRET_FILE="$ps_secret" \
 			${TRACE_DIR:+MERCURY_TORCH_TRACE=$TRACE_DIR/trace-w$i.jsonl} GLOO_SOCKET_IFNAME=eth0 LIBMERCURY="$top/build/user/agent/libmercury.so" \
 			/usr/bin/python3 "$top/experiment/bench/torch_worker.py" --rank "$i" --world "$workers" \
 			--master 10.3.0.10:29500 --baseline-cc "$BASELINE_CC" --label "$label" \
-			--warmup "$WARMUP" --iterations "$ITERATIONS" --modes "$MODES" --lanes "$LANES" "$@" \
+			--warmup "$WARMUP" --iterations "$ITERATIONS" --modes "$MODES" --lanes "$LANES" \
+			${ps_hosts:+--ps-hosts "$ps_hosts" --ps-topology "$PS_TOPOLOGY"} "$@" \
 			> >(if [ "$i" = 0 ]; then sed -u "s/}\$/, \"rate_mbit\": $rate}/" | tee -a "$runs"; else cat >>"$log"; fi) \
 			2>>"$log" &
 		pids+=($!)
@@ -169,8 +204,8 @@ run_point() {
 	[ -z "$sampler" ] || { kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true; }
 	# Worker 0's datapath counters over the point (holds, yields, losses...).
 	{ echo "== $label $name $rate Mbit/s"; ip netns exec mc-w0 mercuryctl stats 2>&1; } >>"$out/bench-torch-stats.txt"
-	for pid in "${agents[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-	agents=()
+	for pid in "${agents[@]}" "${servers[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+	agents=() servers=()
 	[ $rc = 0 ] || { echo "bench-torch: $label at $rate Mbit/s failed (see $log)" >&2; exit 1; }
 }
 

@@ -26,6 +26,13 @@ Modes, interleaved within each repeat, each on a fresh model:
               on one lane on the baseline CC: partitions of P MB of the real
               model (divided like the tensors), C of them in flight; a grid
               of these is that baseline tuned
+  ps-vanilla  mercury.torch with backend="ps" on 1 lane on the baseline CC,
+              servers that answer whole partitions (--aggregation tensor)
+  ps-cubic    backend="ps", --lanes lanes on the baseline CC, servers that
+              answer each chunk at once (immediate aggregation)
+  ps-full     the same on mercury, every connection ranked (both ends)
+              The ps modes need --ps-hosts: on each, mercury-ps serving job
+              $MERCURY_JOB at ports PS_PORTS (bench-torch.sh starts them).
 Prints one JSON line per measured run.
 """
 from __future__ import annotations
@@ -45,10 +52,14 @@ import torchvision
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import mercury.torch as mt  # noqa: E402
+from mercury.torch.ps import PARTITION_BYTES as PS_PARTITION_BYTES  # noqa: E402
 import torchsim  # noqa: E402
 from bytescheduler import ByteScheduler  # noqa: E402
 
 MODES = ["ddp", "one-lane", "lanes-cubic", "full"]
+PS_MODES = ["ps-vanilla", "ps-cubic", "ps-full"]
+# Each ps mode's servers: aggregation and CC are the server's own settings.
+PS_PORTS = {"ps-vanilla": 7100, "ps-cubic": 7101, "ps-full": 7102}
 # Also known, not run by default: a mode with "-clip" clips the gradients
 # (clip_grad_norm_ on model.parameters(), between backward() and step()),
 # which makes mercury.torch wait for every reduction first.
@@ -222,9 +233,16 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
         opt = ByteScheduler(model, opt_base, partition_bytes=bs.partition_bytes, credit=bs.credit, group=group)
         net = model
     else:
-        lanes = 1 if mode == "one-lane" else args.lanes
-        cc = "mercury" if mode == "full" else args.baseline_cc
-        opt = mt.DistributedOptimizer(model, opt_base, lanes=lanes, congestion_control=cc)
+        lanes = 1 if mode in ("one-lane", "ps-vanilla") else args.lanes
+        cc = "mercury" if mode in ("full", "ps-full") else args.baseline_cc
+        ps = {}
+        if mode in PS_MODES:
+            if not args.ps_hosts:
+                raise SystemExit(f"torch_worker: {mode} needs --ps-hosts")
+            # BytePS's partitions of the real model, divided like the tensors.
+            ps = dict(backend="ps", servers=[f"{h}:{PS_PORTS[mode]}" for h in args.ps_hosts.split(",")],
+                      partition_bytes=max(4, PS_PARTITION_BYTES // args.byte_divisor))
+        opt = mt.DistributedOptimizer(model, opt_base, lanes=lanes, congestion_control=cc, **ps)
         if lanes > 1 and len(opt.lanes) != lanes:
             raise RuntimeError(f"{mode}: got {len(opt.lanes)} lanes: {opt.reason_single_lane}")
         net = model
@@ -299,6 +317,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--label", default="")
+    ap.add_argument("--ps-hosts", default="", help="the ps modes' server addresses, comma-separated")
+    ap.add_argument("--ps-topology", default="", help="recorded with every run: separate or colocated servers")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -328,16 +348,17 @@ def main() -> int:
                 or torchsim.bytesched_setting(m, args.byte_divisor)]
     except ValueError as e:
         raise SystemExit(f"torch_worker: {e}")
-    unknown = [m for m in modes if m not in MODES + CLIP_MODES + grid]
+    unknown = [m for m in modes if m not in MODES + CLIP_MODES + PS_MODES + grid]
     if unknown:
-        raise SystemExit(f"torch_worker: unknown modes {unknown}; known: {MODES + CLIP_MODES}")
+        raise SystemExit(f"torch_worker: unknown modes {unknown}; known: {MODES + CLIP_MODES + PS_MODES}")
     for rep in range(args.repeats):
         for mode in modes:
             r = run_mode(mode, args, times)
             if args.rank == 0:
                 print(json.dumps({"label": args.label, "model": args.model, "compute": args.compute,
                                   "workers": args.world, "mode": mode, "repeat": rep,
-                                  "cc": "mercury" if mode.startswith("full") else args.baseline_cc,
+                                  "cc": "mercury" if mode.startswith(("full", "ps-full")) else args.baseline_cc,
+                                  "ps_topology": args.ps_topology if mode in PS_MODES else None,
                                   "model_bytes": model_bytes, "byte_divisor": args.byte_divisor,
                                   "compute_s": compute_s, "profile": args.profile, "lanes": args.lanes,
                                   "step_latency_s": step_latency_s, **r}), flush=True)

@@ -41,7 +41,7 @@ import mercury
 from mercury.contract import MAX_LANES, NUM_RANKS, rank_lane
 from mercury.torch._guard import GuardedGrad, guard
 from mercury.torch.lanes import Lanes, all_true
-from mercury.torch.ps import PLACEMENTS, ServerLanes, default_job
+from mercury.torch.ps import PARTITION_BYTES, PLACEMENTS, ServerLanes, default_job
 from mercury.torch.sockets import available_congestion_controls, pacing_left_by
 
 __all__ = ["DistributedOptimizer", "DEFAULT_LANES", "DEFAULT_BUCKET_BYTES", "DEFAULT_RESYNC_EVERY"]
@@ -155,6 +155,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             ``$MERCURY_PS_SECRET_FILE``, else ``$MERCURY_PS_SECRET``.
         placement: with backend="ps", how buckets are spread over the
             servers: "balanced" (BytePS's partitions) or "mxnet".
+        partition_bytes: with placement="balanced", the largest partition
+            (BytePS's default, 4,096,000 bytes).
         server_timeout: with backend="ps", seconds to wait for the servers
             (start-up, each reduction) before raising an error.
 
@@ -175,7 +177,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  resync_every: int = DEFAULT_RESYNC_EVERY, agent_timeout: float = 2.0,
                  broadcast_buffers: bool = True, backend: str = "allreduce", servers: Sequence[str] = (),
                  secret: Optional[str] = None, placement: str = "balanced",
-                 server_timeout: float = 120.0) -> None:
+                 partition_bytes: int = PARTITION_BYTES, server_timeout: float = 120.0) -> None:
         # Not Optimizer.__init__: param_groups, state and defaults are the wrapped optimizer's.
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             raise TypeError("mercury.torch: pass the model itself, not a DistributedDataParallel wrapper")
@@ -186,7 +188,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if isinstance(optimizer, torch.optim.LBFGS):
             raise TypeError("mercury.torch: LBFGS re-evaluates the model in step(closure); not supported")
         for name, value, low, high in (("lanes", lanes, 1, MAX_LANES), ("bucket_bytes", bucket_bytes, 1, None),
-                                       ("resync_every", resync_every, 1, None)):
+                                       ("resync_every", resync_every, 1, None),
+                                       ("partition_bytes", partition_bytes, 4, None)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"mercury.torch: {name} must be an int, not {type(value).__name__}")
             if value < low or (high is not None and value > high):
@@ -216,7 +219,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.resync_every = resync_every
         self.broadcast_buffers = broadcast_buffers
         self.backend = backend
-        self._ps_options = dict(secret=secret, placement=placement, timeout=server_timeout)
+        self._ps_options = dict(secret=secret, placement=placement, partition_bytes=partition_bytes,
+                                timeout=server_timeout)
         self.iteration = 0
         self.reason_single_lane: Optional[str] = None
         self.wait_s = 0.0  # time forward passes spent waiting for reductions

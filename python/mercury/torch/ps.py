@@ -45,10 +45,11 @@ class Part:
     end: int
 
 
-def place(sizes: Sequence[int], servers: int, placement: str, elem_bytes: int = 4) -> List[List[Part]]:
-    """Each bucket's partitions (``sizes``: elements per bucket), keys
-    numbered per server in bucket order. Deterministic: every worker gets
-    the same."""
+def place(sizes: Sequence[int], servers: int, placement: str, elem_bytes: int = 4,
+          partition_bytes: int = PARTITION_BYTES) -> List[List[Part]]:
+    """Each bucket's partitions (``sizes``: elements per bucket; "balanced"
+    cuts at ``partition_bytes``), keys numbered per server in bucket order.
+    Deterministic: every worker gets the same."""
     if servers < 1:
         raise ValueError("at least one server")
     if placement not in PLACEMENTS:
@@ -60,7 +61,7 @@ def place(sizes: Sequence[int], servers: int, placement: str, elem_bytes: int = 
     for size in sizes:
         parts: List[Part] = []
         if placement == "balanced":
-            step = max(1, PARTITION_BYTES // elem_bytes)
+            step = max(1, partition_bytes // elem_bytes)
             for start in range(0, size, step):
                 s = min(range(servers), key=lambda i: (load[i], i))
                 end = min(size, start + step)
@@ -123,11 +124,11 @@ class ServerLanes:
         return True
 
     def connect(self, sizes: Sequence[int], *, job: str, secret: Optional[str], worker: int, workers: int,
-                placement: str, timeout: float) -> None:
+                placement: str, partition_bytes: int, timeout: float) -> None:
         """Places the buckets (``sizes`` in float32 elements) and opens every
         connection; raises PsError with the server's reason if one refuses."""
         key_secret = read_secret(secret)
-        self._parts = place(sizes, len(self.servers), placement)
+        self._parts = place(sizes, len(self.servers), placement, partition_bytes=partition_bytes)
         keys: List[List[int]] = [[] for _ in self.servers]
         for parts in self._parts:
             for p in parts:

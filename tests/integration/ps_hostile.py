@@ -235,6 +235,25 @@ def check_sums(server: Server, tensor_server: Server) -> None:
             c.close()
 
 
+def check_metrics() -> None:
+    """The server counted what the checks did to it (Prometheus, --metrics)."""
+    import urllib.request
+    text = urllib.request.urlopen("http://127.0.0.1:9471/metrics", timeout=5).read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("mercury_ps_"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    refused = values.get('mercury_ps_connections_total{result="refused"}', 0)
+    failed_jobs = values.get('mercury_ps_jobs_total{end="failed"}', 0)
+    # One per refusal above (9) and per job a check ended (6): each counted once.
+    ok = refused == 9 and failed_jobs == 6 and values.get("mercury_ps_members") == 2 and \
+        values.get("mercury_ps_pushed_bytes_total", 0) > 0 and values.get("mercury_ps_job_bytes") == 32
+    report("metrics", ok, f"refused {refused:g}, failed jobs {failed_jobs:g}, members "
+                          f"{values.get('mercury_ps_members')}, job bytes {values.get('mercury_ps_job_bytes')}, "
+                          f"pushed {values.get('mercury_ps_pushed_bytes_total')}")
+
+
 def check_cli(binary: str) -> None:
     out = subprocess.run([binary, "--version"], capture_output=True, text=True)
     report("version", out.returncode == 0 and out.stdout.startswith("mercury-ps "), out.stdout.strip())
@@ -250,7 +269,7 @@ def main() -> int:
     binary = sys.argv[1]
     check_cli(binary)
     with tempfile.TemporaryDirectory(prefix="mercury-ps-") as tmp:
-        server = Server(binary, 7201, tmp, "--chunk-bytes", "4096")
+        server = Server(binary, 7201, tmp, "--chunk-bytes", "4096", "--metrics", "127.0.0.1:9471")
         tensor_server = Server(binary, 7202, tmp, "--chunk-bytes", "4096", "--aggregation", "tensor")
         try:
             time.sleep(0.3)
@@ -268,6 +287,7 @@ def main() -> int:
             sums = [read_message(c, 5) for c in cs]
             report("serves-after-abuse", all(m and m[0] == PULL for m in sums) and server.proc.poll() is None,
                    f"answers {[m[0] if m else None for m in sums]}")
+            check_metrics()
         finally:
             server.stop()
             tensor_server.stop()

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "daemon/log.hpp"
+#include "ps/metrics.hpp"
 #include "ps/server.hpp"
 
 namespace {
@@ -32,7 +33,7 @@ worker, ends the job: every worker is told why.)";
 
 struct Options {
     std::string listen, job, secret_file, cc = "mercury", aggregation = "chunk", log_level = "info";
-    std::string agent_socket;
+    std::string agent_socket, metrics;
     bool no_agent = false;
     uint32_t chunk_bytes = 65536, max_workers = 256, max_connections = 1024;
     uint64_t max_model_mb = 4096, timeout_ms = 60000;
@@ -122,6 +123,7 @@ int main(int argc, char** argv)
     app.add_option("--agent-socket", o.agent_socket, "mercuryd's socket (default: $MERCURY_SOCKET, else libmercury's)");
     app.add_flag("--no-agent", o.no_agent, "do not rank connections through mercuryd");
     app.add_option("--log-level", o.log_level, "debug, info, warn or error")->capture_default_str();
+    app.add_option("--metrics", o.metrics, "serve Prometheus metrics at http://ADDR:PORT/metrics (default: off)");
     CLI11_PARSE(app, argc, argv);
 
     mercury::Logger log;
@@ -151,7 +153,12 @@ int main(int argc, char** argv)
         options.agent_socket = o.agent_socket;
 
         boost::asio::io_context io;
+        // Before the server: it reports to them until it is gone.
+        std::unique_ptr<mercury::ps::Metrics> metrics;
+        if (!o.metrics.empty())
+            metrics = std::make_unique<mercury::ps::Metrics>(o.metrics);
         mercury::ps::Server server(io, log, options);
+        server.set_observer(metrics.get());
         const auto at = parse_endpoint(o.listen);
         server.listen(at);
         log.info("serving", {{"job", o.job}, {"listen", o.listen}, {"cc", o.cc}, {"aggregation", o.aggregation}});

@@ -173,6 +173,8 @@ private:
     void fail(const std::string& why)
     {
         server_.log_.warn("dropping worker connection", {{"peer", address_}, {"reason", why}});
+        if (!admitted_ && !closing_)
+            server_.observer_->connection(false);
         if (member_)
             server_.end_job("worker " + std::to_string(worker()) + " lane " + std::to_string(lane()) + ": " + why);
         refuse(why);
@@ -382,6 +384,7 @@ void Server::accept()
                 peer->start();
             } else {
                 log_.warn("refusing connection", {{"reason", why}});
+                observer_->connection(false);
             }
         }
         accept();
@@ -420,6 +423,7 @@ std::string Server::admit(const std::shared_ptr<Peer>& peer, const Hello& hello,
     if (!job_) {
         job_.emplace(std::move(shape), options_.chunk_elems, options_.aggregation);
         reply_to_.assign(job_->shape().key_elems.size() * job_->shape().workers, {});
+        observer_->job_started(job_->shape().bytes());
         log_.info("job started", {{"job", options_.job},
                                   {"workers", std::to_string(job_->shape().workers)},
                                   {"keys", std::to_string(job_->shape().key_elems.size())},
@@ -427,6 +431,8 @@ std::string Server::admit(const std::shared_ptr<Peer>& peer, const Hello& hello,
     }
     members_[{hello.worker, hello.lane}] = peer;
     peer->set_member(true);
+    observer_->connection(true);
+    observer_->members(members_.size());
     if (agent_) {
         // Registered or not, libmercury keeps a duplicate (for a restarted
         // agent) until the peer's close releases it.
@@ -446,6 +452,7 @@ void Server::pushed(const std::shared_ptr<Peer>& peer, uint32_t key, uint64_t of
     const uint32_t workers = job_->shape().workers;
     reply_to_[static_cast<size_t>(key) * workers + peer->worker()] = peer;
     const auto sum = job_->add(peer->worker(), key, offset, data, Aggregator::Clock::now());
+    observer_->pushed(data.size_bytes());
     if (!sum)
         return;
     std::vector<std::shared_ptr<Peer>> to;
@@ -457,12 +464,14 @@ void Server::pushed(const std::shared_ptr<Peer>& peer, uint32_t key, uint64_t of
     for (const auto& p : to)
         for (uint64_t from = 0; job_ && from < sum->values->size(); from += options_.chunk_elems)
             p->send_sum(*sum, from, std::min<uint64_t>(options_.chunk_elems, sum->values->size() - from));
+    observer_->answered(sum->values->size() * sizeof(float) * to.size());
 }
 
 void Server::left(Peer& peer, bool said_bye)
 {
     peer.set_member(false);
     members_.erase({peer.worker(), peer.lane()});
+    observer_->members(members_.size());
     if (!said_bye) {
         end_job("worker " + std::to_string(peer.worker()) + " (" + peer.address() + ") closed lane " +
                 std::to_string(peer.lane()) + " without saying bye");
@@ -472,7 +481,7 @@ void Server::left(Peer& peer, bool said_bye)
         log_.info("job finished", {{"job", options_.job}});
         job_.reset();
         reply_to_.clear();
-        ++jobs_served_;
+        observer_->job_ended(false);
     }
 }
 
@@ -485,6 +494,8 @@ void Server::end_job(const std::string& why)
     members_.clear();
     job_.reset();
     reply_to_.clear();
+    observer_->job_ended(true);
+    observer_->members(0);
     for (auto& [_, weak] : members)
         if (const auto p = weak.lock()) {
             p->set_member(false);

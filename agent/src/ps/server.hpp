@@ -44,6 +44,19 @@ struct ServerOptions {
     std::string agent_socket;            // empty: libmercury's default ($MERCURY_SOCKET)
 };
 
+// What the server reports as it happens (metrics.hpp counts it); every
+// call is on the io thread.
+class ServerObserver {
+public:
+    virtual ~ServerObserver() = default;
+    virtual void connection(bool /*accepted*/) {}   // once per connection: joined a job, or refused
+    virtual void job_started(uint64_t /*bytes*/) {}
+    virtual void job_ended(bool /*failed*/) {}
+    virtual void members(size_t /*n*/) {}
+    virtual void pushed(uint64_t /*bytes*/) {}
+    virtual void answered(uint64_t /*bytes*/) {}
+};
+
 class Peer;
 
 class Server {
@@ -54,6 +67,8 @@ public:
     void listen(const boost::asio::ip::tcp::endpoint& at);
     boost::asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
     void stop();
+    // @observer (not owned) hears of connections, jobs and bytes from now on.
+    void set_observer(ServerObserver* observer) { observer_ = observer ? observer : &no_observer_; }
 
 private:
     friend class Peer;
@@ -80,7 +95,8 @@ private:
     std::optional<Aggregator> job_;
     std::map<std::pair<uint32_t, uint32_t>, std::weak_ptr<Peer>> members_;
     std::vector<std::weak_ptr<Peer>> reply_to_;
-    uint64_t jobs_served_ = 0;
+    ServerObserver no_observer_;
+    ServerObserver* observer_ = &no_observer_;
 };
 
 }  // namespace mercury::ps

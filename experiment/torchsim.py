@@ -46,7 +46,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 from mercury.contract import NUM_RANKS, rank_lane  # noqa: E402
@@ -353,6 +353,185 @@ def simulate_mode(mode: str, layers: Sequence[Layer], *, workers: int, rate_mbit
         per_layer = [Bucket([i], layers[i].nbytes, k) for k, i in enumerate(owners)]
         return simulate(layers, per_layer, step_latency_s=0.0, sharing="priority", synchronous=False, **kw)
     raise ValueError(f"unknown mode {mode!r}; known: {MODES}")
+
+
+# -- backend="ps": mercury-ps servers on hosts of their own --------------------
+
+PS_MODES = ["ps-vanilla", "ps-cubic", "ps-full"]
+PS_PARTITION_BYTES = 4096000    # mercury.torch.ps.PARTITION_BYTES (BytePS's)
+PS_CHUNK_BYTES = 65536          # mercury-ps --chunk-bytes
+
+
+def ps_parts(buckets: Sequence[Bucket], servers: int, partition_bytes: int) -> List[List[Tuple[int, int]]]:
+    """Each bucket's partitions as (server, bytes), placed as mercury.torch.ps's
+    "balanced" placement does: cut at partition_bytes, each to the least
+    loaded server."""
+    load = [0] * servers
+    out = []
+    for bk in buckets:
+        parts = []
+        for start in range(0, bk.nbytes, partition_bytes):
+            n = min(partition_bytes, bk.nbytes - start)
+            s = min(range(servers), key=lambda i: (load[i], i))
+            load[s] += n
+            parts.append((s, n))
+        out.append(parts)
+    return out
+
+
+@dataclass(eq=False)
+class _Transfer:
+    """One partition's push (worker to server) or pull (server to worker) on
+    one connection, as worker 0 sees it (the workers are symmetric)."""
+    bucket: int
+    server: int
+    size: float
+    lane: int
+    push: Optional["_Transfer"] = None   # a pull: the push it answers
+    done: float = 0.0
+
+    def available(self, chunk: float, whole: bool) -> float:
+        if self.push is None:
+            return self.size
+        if self.push.done >= self.size - 1e-6:
+            return self.size
+        return 0.0 if whole else (self.push.done // chunk) * chunk
+
+
+def simulate_ps(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: int, servers: int,
+                rate_mbit: float, sharing: str, aggregation: str = "chunk",
+                partition_bytes: int = PS_PARTITION_BYTES, chunk_bytes: int = PS_CHUNK_BYTES,
+                iterations: int = 8, warmup: int = 3) -> SimResult:
+    """mercury.torch with backend="ps" and ``servers`` server hosts apart from
+    the workers, every link at ``rate_mbit``. Each bucket's partitions are
+    pushed when its gradients exist, on the connection of its lane to its
+    server (FIFO per connection); a server answers a chunk (aggregation
+    "chunk") or the whole partition ("tensor") once every worker pushed it,
+    on the same connection. Links are shared max-min fairly between
+    connections ("fair") or by strict priority of lanes ("priority"); every
+    worker sends alike, so a server's link carries each of its partitions
+    ``workers`` times. The forward pass of layer i waits for its bucket's
+    pulls. Left out: TCP, the server's and the framework's own time."""
+    rate = rate_mbit * 1e6 / 8 / WIRE_PER_PAYLOAD
+    parts = ps_parts(buckets, servers, partition_bytes)
+    bucket_of = {i: b for b, bk in enumerate(buckets) for i in bk.layers}
+    whole = aggregation == "tensor"
+    # Links: worker 0's up and down, each server's down (pushes in) and up (pulls out).
+    queues: Dict[Tuple[str, int, int], List[_Transfer]] = {}   # (push|pull, server, lane) -> FIFO
+    left: Dict[int, int] = {}      # bucket -> its pulls not finished
+    done: Dict[int, float] = {b: 0.0 for b in range(len(buckets))}
+    t = 0.0
+    starts: List[float] = []
+    waits = 0.0
+
+    def heads() -> List[_Transfer]:
+        out = []
+        for q in queues.values():
+            if q and q[0].available(chunk_bytes, whole) > q[0].done + 1e-6:
+                out.append(q[0])
+        return out
+
+    def links(x: _Transfer) -> List[Tuple[str, float]]:
+        if x.push is None:
+            return [("w-up", 1.0), (f"s{x.server}-down", float(workers))]
+        return [(f"s{x.server}-up", float(workers)), ("w-down", 1.0)]
+
+    def rates() -> Dict[_Transfer, float]:
+        active = heads()
+        out: Dict[_Transfer, float] = {}
+        cap: Dict[str, float] = {}
+        classes = sorted({x.lane for x in active}) if sharing == "priority" else [None]
+        for lane in classes:
+            free = [x for x in active if lane is None or x.lane == lane]
+            while free:   # progressive filling: the tightest link fixes its flows' rate
+                use: Dict[str, float] = {}
+                for x in free:
+                    for link, w in links(x):
+                        use[link] = use.get(link, 0.0) + w
+                link = min(use, key=lambda k: cap.get(k, rate) / use[k])
+                r = max(0.0, cap.get(link, rate) / use[link])
+                fixed = [x for x in free if any(k == link for k, _ in links(x))]
+                for x in fixed:
+                    out[x] = r
+                    for k, w in links(x):
+                        cap[k] = cap.get(k, rate) - w * r
+                free = [x for x in free if x not in fixed]
+        return out
+
+    def step(until: float, stop: Callable[[], bool] = lambda: False) -> None:
+        nonlocal t
+        while t < until - 1e-12 and not stop():
+            rs = rates()
+            nxt = until
+            for x, r in rs.items():
+                if r <= 0:
+                    continue
+                target = x.available(chunk_bytes, whole)
+                if x.push is None and not whole:   # a push crossing a chunk boundary frees a pull
+                    target = min(target, (x.done // chunk_bytes + 1) * chunk_bytes)
+                nxt = min(nxt, t + (target - x.done) / r)
+            nxt = max(nxt, t + 1e-9)
+            for x, r in rs.items():
+                x.done = min(x.size, x.done + r * (nxt - t))
+                if x.size - x.done < 1e-6:
+                    x.done = x.size
+            t = nxt
+            for key, q in queues.items():
+                while q and q[0].done >= q[0].size:
+                    x = q.pop(0)
+                    if x.push is not None:
+                        left[x.bucket] -= 1
+                        if left[x.bucket] == 0:
+                            done[x.bucket] = t
+
+    def launch(b: int) -> None:
+        done[b] = float("inf")
+        left[b] = len(parts[b])
+        lane = buckets[b].lane
+        for server, n in parts[b]:
+            push = _Transfer(b, server, float(n), lane)
+            queues.setdefault(("push", server, lane), []).append(push)
+            queues.setdefault(("pull", server, lane), []).append(_Transfer(b, server, float(n), lane, push))
+
+    def wait_for(b: int) -> None:
+        nonlocal waits
+        t0 = t
+        if done[b] == float("inf") and not heads():
+            raise RuntimeError("ps simulation stalled")
+        step(float("inf"), lambda: done[b] != float("inf"))
+        if len(starts) > warmup:
+            waits += t - t0
+
+    for k in range(warmup + iterations + 1):
+        starts.append(t)
+        if k == warmup + iterations:
+            break
+        for i in range(len(layers)):
+            if i in bucket_of:
+                wait_for(bucket_of[i])
+            step(t + layers[i].fwd_s)
+        ready = {b: len(bk.layers) for b, bk in enumerate(buckets)}
+        for i in reversed(range(len(layers))):
+            step(t + layers[i].bwd_s)
+            if i in bucket_of:
+                b = bucket_of[i]
+                ready[b] -= 1
+                if ready[b] == 0:
+                    launch(b)
+    its = [b - a for a, b in zip(starts, starts[1:])][warmup:]
+    return SimResult(sum(its) / len(its), its, waits / max(1, iterations))
+
+
+def simulate_ps_mode(mode: str, layers: Sequence[Layer], *, workers: int, servers: int, rate_mbit: float,
+                     lanes: int = 8, partition_bytes: int = PS_PARTITION_BYTES,
+                     bucket_bytes: int = MERCURY_BUCKET_BYTES) -> SimResult:
+    """The bench's ps modes (torch_worker.py) with servers apart."""
+    if mode not in PS_MODES:
+        raise ValueError(f"unknown ps mode {mode!r}; known: {PS_MODES}")
+    n = 1 if mode == "ps-vanilla" else lanes
+    return simulate_ps(layers, mercury_buckets(layers, n, bucket_bytes), workers=workers, servers=servers,
+                       rate_mbit=rate_mbit, sharing="priority" if mode == "ps-full" else "fair",
+                       aggregation="tensor" if mode == "ps-vanilla" else "chunk", partition_bytes=partition_bytes)
 
 
 def numbers(text: str, kind: type) -> List:

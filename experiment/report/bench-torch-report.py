@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torchsim  # noqa: E402
 
 MODES = ["ddp", "one-lane", "lanes-cubic", "full"]
-# backend="ps" (torch_worker.py): reported beside the rest, not simulated yet.
+# backend="ps" (torch_worker.py); simulated (torchsim.simulate_ps_mode) with servers apart.
 PS_MODES = ["ps-vanilla", "ps-cubic", "ps-full"]
 # The simulated schedule of each measured mode (torchsim.MODES).
 SIMULATED = {"ddp": "ddp", "one-lane": "one-lane", "lanes-cubic": "lanes-fair", "full": "priority"}
@@ -100,6 +100,20 @@ def simulated(run: dict, step_latency_s: float, modes: List[str],
     return out
 
 
+def simulated_ps(run: dict, busy_s: Optional[float]) -> Dict[str, float]:
+    """The ps modes' schedules (servers apart; colocated ones are not
+    simulated), on the compute the ps runs really spent."""
+    if not run.get("profile") or run["compute"] != "emulated" or run.get("ps_topology") != "separate":
+        return {}
+    layers = torchsim.bench_layers(torchsim.read_profile(run["profile"]), run["byte_divisor"],
+                                   max(busy_s or 0.0, run["compute_s"]))
+    partition = max(4, torchsim.PS_PARTITION_BYTES // run["byte_divisor"])
+    return {m: torchsim.simulate_ps_mode(m, layers, workers=run["workers"], servers=run["workers"],
+                                         rate_mbit=run["rate_mbit"], lanes=run.get("lanes", 8),
+                                         partition_bytes=partition).iteration_s
+            for m in torchsim.PS_MODES}
+
+
 def tuned_of(modes, prefix: str, by_repeat: Dict[str, Dict[int, float]]) -> Tuple[List[str], Optional[str]]:
     """A grid's modes (``prefix``@...) and the one with the lowest mean: the baseline tuned as its users would."""
     grid = [m for m in ordered(modes) if m == prefix or m.startswith(prefix + "@")]
@@ -141,6 +155,10 @@ def main() -> int:
         sim = simulated(any_run, step_latency, list(modes), busy_s)
         if sim:   # the bound that respects layer dependencies, never below the simple one
             bound = max(bound, sim["bound"])
+        ps_runs = [r for m, rs in modes.items() if m in PS_MODES for r in rs]
+        if sim and ps_runs:
+            ps_busy = [r["iteration_s"] - r["wait_s"] for r in ps_runs if r.get("wait_s") is not None]
+            sim.update(simulated_ps(ps_runs[0], statistics.median(ps_busy) if ps_busy else None))
         by_repeat = {m: {r["repeat"]: r["iteration_s"] for r in rs} for m, rs in modes.items()}
         ddp_modes, tuned = tuned_of(modes, "ddp", by_repeat)
         bs_modes, bs_tuned = tuned_of(modes, "bytesched", by_repeat)
@@ -161,8 +179,8 @@ def main() -> int:
                      "bound_s": mode_bound, "vs_bound": m / mode_bound,
                      "ps_topology": modes[mode][0].get("ps_topology"),
                      "cpu_util": statistics.fmean(r["cpu_util"] for r in modes[mode])}
-            simulated_as = mode if mode.startswith("ddp@") else SIMULATED.get(mode)
-            if sim and simulated_as:
+            simulated_as = mode if mode.startswith("ddp@") or mode in PS_MODES else SIMULATED.get(mode)
+            if sim and simulated_as in sim:
                 entry["simulated_s"] = sim[simulated_as]
                 entry["vs_simulated"] = m / entry["simulated_s"]
             for base, base_mode in bases.items():

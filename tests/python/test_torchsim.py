@@ -150,3 +150,34 @@ def test_a_held_floor_costs_priority_between_ideal_and_fair() -> None:
     narrow = torchsim.simulate_mode("priority", model, held_floor=torchsim.HeldFloor(2, 60, 4), **kw).iteration_s
     assert ideal <= wide < narrow < fair
     assert wide < ideal * 1.01
+
+
+def test_ps_one_bucket_pipelines_its_pull_with_chunk_aggregation() -> None:
+    # One 1 MB bucket on one server, 2 workers, no compute: pushed at the
+    # link's rate into a server link that carries both workers' copies (so
+    # at half of it), then pulled likewise. With chunk aggregation the pull
+    # follows the push a chunk behind; with tensor aggregation it starts
+    # only once the push is done.
+    model = layers([(0.0, 0.0, 1 << 20)])
+    bucket = [torchsim.Bucket([0], 1 << 20, 0)]
+    kw = dict(workers=2, servers=1, rate_mbit=RATE_MBIT, sharing="fair", iterations=3, warmup=1)
+    one_way = 2 * (1 << 20) / PAYLOAD_RATE
+    chunk = torchsim.simulate_ps(model, bucket, aggregation="chunk", **kw).iteration_s
+    whole = torchsim.simulate_ps(model, bucket, aggregation="tensor", **kw).iteration_s
+    assert whole == pytest.approx(2 * one_way, rel=1e-6)
+    assert chunk == pytest.approx(one_way + 2 * torchsim.PS_CHUNK_BYTES / PAYLOAD_RATE, rel=1e-6)
+
+
+def test_ps_modes_keep_the_bound_and_priority_helps() -> None:
+    # VGG-like: small layers first, a big one last. Servers apart: no mode
+    # beats max(compute, model bytes / rate); priority is never worse than
+    # fair lanes, nor these than one lane with whole-partition answers.
+    model = layers([(0.05, 0.1, 20000)] * 6 + [(0.02, 0.3, 400000), (0.01, 0.05, 40000)])
+    total = sum(l.nbytes for l in model)
+    compute = sum(l.fwd_s + l.bwd_s for l in model)
+    kw = dict(workers=4, servers=4, rate_mbit=RATE_MBIT / 4, lanes=8, partition_bytes=100000)
+    t = {m: torchsim.simulate_ps_mode(m, model, **kw).iteration_s for m in torchsim.PS_MODES}
+    bound = max(compute, total / (RATE_MBIT / 4 * 1e6 / 8 / torchsim.WIRE_PER_PAYLOAD))
+    assert min(t.values()) >= bound * (1 - 1e-9)
+    assert t["ps-full"] <= t["ps-cubic"] + 1e-9 <= t["ps-vanilla"] + 2e-9
+    assert t["ps-full"] < t["ps-vanilla"]

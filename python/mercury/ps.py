@@ -148,15 +148,18 @@ class Work:
         self._error: Optional[BaseException] = None
         self._timeout = timeout
         self._callbacks: List = []
+        self._callbacks_lock = threading.Lock()   # then() against the I/O thread's finish
         self.keys: List[Tuple[int, int]] = []    # (server, key) it waits for
         if chunks == 0:
             self._done.set()
 
     def then(self, callback) -> None:
         """Calls ``callback()`` once done (from the I/O thread, or now)."""
-        self._callbacks.append(callback)
-        if self._done.is_set():
-            callback()
+        with self._callbacks_lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
 
     def is_completed(self) -> bool:
         return self._done.is_set()
@@ -178,8 +181,10 @@ class Work:
             self._finish()
 
     def _finish(self) -> None:
-        self._done.set()
-        for cb in self._callbacks:
+        with self._callbacks_lock:
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
             cb()
 
 
@@ -200,9 +205,9 @@ class _Wire:
 class PushPull:
     """Pushes keys to their servers and places the sums, on one I/O thread.
 
-    ``connections[(server, lane)]``; ``keys[server]``: that server's key sizes,
-    as declared. A key's memory (a writable buffer of float32s) must stay
-    untouched by the caller until its :class:`Work` is done.
+    ``connections[(server, lane)]``, each handshaken with that server's keys.
+    A key's memory (a writable buffer of float32s) must stay untouched by
+    the caller until its :class:`Work` is done.
     """
 
     def __init__(self, connections: Dict[Tuple[int, int], Connection], timeout: float) -> None:

@@ -116,7 +116,7 @@ def check_handshake(server: Server) -> None:
     for name, args, want in (("too-many-workers", (0, 100000, [8]), "100000 workers (1..256)"),
                              ("worker-out-of-range", (3, 2, [8]), "worker 3 of 2"),
                              ("too-large", (0, 1, [1 << 40]), "at most"),
-                             ("empty-key", (0, 1, [8, 0]), "every key non-empty")):
+                             ("empty-key", (0, 1, [8, 0]), "every key 1..")):
         why = refused(lambda: connect(server, *args))
         report(name, want in why, f"refused: {why!r}")
 

@@ -76,7 +76,7 @@ public:
         timer_.expires_after(server_.options_.handshake_timeout);
         timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
             if (!ec && !self->admitted_)
-                self->refuse("no handshake within " +
+                self->fail("no handshake within " +
                              std::to_string(self->server_.options_.handshake_timeout.count()) + " ms");
         });
         asio::async_write(socket_, asio::buffer(&challenge_, sizeof(challenge_)),
@@ -410,9 +410,13 @@ void Server::tick()
 
 std::string Server::admit(const std::shared_ptr<Peer>& peer, const Hello& hello, JobShape shape)
 {
-    if (shape.bytes() > options_.max_model_bytes || std::count(shape.key_elems.begin(), shape.key_elems.end(), 0))
+    // Offsets are 32-bit element counts: no key may be larger.
+    const bool key_sizes_ok = std::all_of(shape.key_elems.begin(), shape.key_elems.end(),
+                                          [](uint64_t n) { return n > 0 && n <= UINT32_MAX; });
+    if (shape.bytes() > options_.max_model_bytes || !key_sizes_ok)
         return "declared " + std::to_string(shape.bytes()) + " bytes in " + std::to_string(shape.key_elems.size()) +
-               " keys (every key non-empty, at most " + std::to_string(options_.max_model_bytes) + " bytes)";
+               " keys (every key 1.." + std::to_string(UINT32_MAX) + " elements, at most " +
+               std::to_string(options_.max_model_bytes) + " bytes)";
     if (job_ && !(job_->shape() == shape))
         return "declared a different shape from the job's other workers (" + std::to_string(shape.workers) +
                " workers, " + std::to_string(shape.key_elems.size()) + " keys, " + std::to_string(shape.bytes()) +

@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod kmod-guest user deb test unit bpftest torchtest vmtest fuzz bench bench-jobs bench-gap bench-torch bench-cc bench-agent demo install clean guest
+.PHONY: all deps kmod kmod-guest user deb test unit bpftest torchtest vmtest fuzz bench bench-jobs bench-gap bench-torch bench-ps bench-ps-cost bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -95,6 +95,21 @@ bench-gap: deps user
 # lanes on cubic, lanes with priorities); build/bench-torch.{md,json,png}.
 bench-torch: deps user
 	experiment/bench/bench-torch.sh $(BUILD)
+
+# The same through mercury-ps (backend="ps"): servers on hosts of their own,
+# then colocated with the workers; beside tuned DDP and the best all-reduce
+# mode. build/bench-ps-{separate,colocated}/bench-torch.{md,json,png}.
+PS_MODES_RUN ?= ddp@5,ddp@25,ddp@100,full,ps-vanilla,ps-cubic,ps-full
+bench-ps: deps user
+	PS_TOPOLOGY=separate MODES=$(PS_MODES_RUN) MODELS="$${MODELS:-vgg16}" RATES="$${RATES:-25 35 50}" \
+		SKIP_REAL=1 experiment/bench/bench-torch.sh $(BUILD)/bench-ps-separate
+	PS_TOPOLOGY=colocated MODES=$(PS_MODES_RUN) MODELS="$${MODELS:-vgg16}" RATES="$${RATES:-25 50}" \
+		SKIP_REAL=1 experiment/bench/bench-torch.sh $(BUILD)/bench-ps-colocated
+
+# What a mercury-ps server costs: memory per declared gradient byte, CPU per
+# byte summed (4 workers, a 256 MB model, loopback); one JSON line.
+bench-ps-cost: deps user
+	/usr/bin/python3 experiment/bench/ps-cost.py $(BUILD)/user/bin/mercury-ps | tee $(BUILD)/bench-ps-cost.json
 
 # The CC's behaviour with the module in the VM, then the BPF datapath's
 # per-ACK CPU cost against cubic natively, with 1 and 1,000 active flows.

@@ -4,7 +4,7 @@ TCP connections, which the kernel can then tell apart."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import torch
 import torch.distributed as dist
@@ -76,6 +76,15 @@ class Lanes:
 
     def group(self, lane: int) -> dist.ProcessGroup:
         return self.lanes[lane].group
+
+    def reduce(self, bucket: int, flat: torch.Tensor, lane: int) -> Any:
+        """Starts the sum of ``flat`` over the workers, in place, on ``lane``
+        (``bucket``: the caller's index for it, the same on every worker)."""
+        return dist.all_reduce(flat, group=self.group(lane), async_op=True)
+
+    @staticmethod
+    def when_done(work: Any, callback: Callable[[], None]) -> None:
+        work.get_future().then(lambda _f: callback())
 
     def register(self, client: mercury.Client) -> bool:
         """Registers every lane's sockets with the agent (fds passed)."""

@@ -515,10 +515,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         flat = torch.cat([t.reshape(-1) for t in b.real] + [torch.tensor(b.used, dtype=b.real[0].dtype)])
         flat[:n].mul_(1.0 / self.world)  # as DDP: scale, then sum
         b.flat = flat
-        if self.backend == "ps":
-            b.work = self.lanes.push(b.index, flat, b.lane)
-        else:
-            b.work = dist.all_reduce(flat, group=self.lanes.group(b.lane), async_op=True)
+        b.work = self.lanes.reduce(b.index, flat, b.lane)
         # Every parameter's p.grad is guarded, None ones too: under DDP they
         # hold the average once it is in place.
         b.guards = [guard(t, lambda b=b: self._release(b), lambda b=b, i=i: self._zero_later(b, i))
@@ -530,8 +527,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self._trace_file:
             b.trace = {"iteration": self.iteration, "bucket": b.index, "lane": b.lane,
                        "bytes": n * flat.element_size(), "launch": time.perf_counter()}
-            done = lambda *_, t=b.trace: t.__setitem__("done", time.perf_counter())  # noqa: E731
-            b.work.then(done) if self.backend == "ps" else b.work.get_future().then(done)
+            self.lanes.when_done(b.work, lambda t=b.trace: t.__setitem__("done", time.perf_counter()))
 
     # -- bringing a bucket's reduction into place ---------------------------
 
@@ -734,8 +730,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if len(self.lanes) > 1:
             self.client.release_lanes()
         self.lanes.close()
-        if self.backend == "ps":
-            dist.barrier()   # every worker out of the servers' job before any starts another
         if self._owns_client:
             self.client.close()
         if self._trace_file:

@@ -21,9 +21,10 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
+import torch.distributed as dist
 
 import mercury
 from mercury.contract import SO_COOKIE
@@ -153,19 +154,26 @@ class ServerLanes:
             raise
         self._engine = PushPull(connections, timeout)
 
-    def push(self, bucket: int, flat: torch.Tensor, lane: int) -> Work:
-        """Pushes bucket ``bucket``'s ``flat`` (float32, contiguous); its sum
-        over the workers replaces it when the Work is done."""
+    def reduce(self, bucket: int, flat: torch.Tensor, lane: int) -> Work:
+        """Pushes bucket ``bucket``'s ``flat`` (float32, contiguous) on
+        ``lane``; its sum over the workers replaces it when the Work is done."""
         if self._engine is None:
             raise PsError("mercury.torch: the parameter servers are not connected")
         mem = memoryview(flat.numpy())
         return self._engine.push([(p.server, p.key, mem[p.start:p.end]) for p in self._parts[bucket]], lane)
 
+    @staticmethod
+    def when_done(work: Work, callback: Callable[[], None]) -> None:
+        work.then(callback)
+
     def close(self) -> None:
+        """Says bye to the servers (collective: every worker's bye is in
+        before any worker can start the servers' next job)."""
         if self._engine is not None:
             self._engine.close()
             self._engine = None
         self.lanes = []
+        dist.barrier()
 
 
 def default_job() -> str:

@@ -215,6 +215,36 @@ class HeldFloor:
     other_window: int
 
 
+def _iterate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, clock: Callable[[], float],
+             compute: Callable[[float], None], wait_for: Callable[[int], None], launch: Callable[[int], None],
+             starts: List[float], warmup: int, iterations: int, synchronous: bool = False) -> List[float]:
+    """One worker's steps: the forward pass (layer i waits for its bucket,
+    or, ``synchronous``, every bucket before the step), then backward, each
+    bucket launched once its last layer's gradient exists. ``starts`` gets
+    every step's start; returns the measured iterations' lengths."""
+    bucket_of = {i: b for b, bk in enumerate(buckets) for i in bk.layers}
+    for k in range(warmup + iterations + 1):
+        if synchronous:
+            for b in range(len(buckets)):
+                wait_for(b)
+        starts.append(clock())   # a step starts: its forward pass, which may wait
+        if k == warmup + iterations:
+            break                # the measured iterations end where this step starts
+        for i in range(len(layers)):
+            if not synchronous and i in bucket_of:
+                wait_for(bucket_of[i])
+            compute(layers[i].fwd_s)
+        ready = {b: len(bk.layers) for b, bk in enumerate(buckets)}
+        for i in reversed(range(len(layers))):
+            compute(layers[i].bwd_s)
+            if i in bucket_of:
+                b = bucket_of[i]
+                ready[b] -= 1
+                if ready[b] == 0:
+                    launch(b)
+    return [b - a for a, b in zip(starts, starts[1:])][warmup:]
+
+
 def simulate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: int, rate_mbit: float,
              step_latency_s: float, sharing: str, synchronous: bool, held_floor: Optional[HeldFloor] = None,
              iterations: int = 8,
@@ -222,8 +252,6 @@ def simulate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: int
     """sharing: "fair" or "priority" between lanes; synchronous: DDP's step after every reduction."""
     rate = rate_mbit * 1e6 / 8 / WIRE_PER_PAYLOAD          # payload bytes/s
     steps = 2 * (workers - 1)
-    bucket_of = {i: b for b, bk in enumerate(buckets) for i in bk.layers}
-    order_fwd = list(range(len(layers)))
     t = 0.0
     done: Dict[int, float] = {b: 0.0 for b in range(len(buckets))}   # last reduction's end, per bucket
     pending: Dict[int, List[_Ring]] = {}     # lane -> rings launched, not finished, launch order
@@ -306,29 +334,8 @@ def simulate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: int
         if len(starts) > warmup:
             waits += t - t0
 
-    def compute(s: float) -> None:
-        advance(t + s)
-
-    for k in range(warmup + iterations + 1):
-        if synchronous:
-            for b in range(len(buckets)):
-                wait_for(b)
-        starts.append(t)   # a step starts: its forward pass, which may wait
-        if k == warmup + iterations:
-            break          # the measured iterations end where this step starts
-        for i in order_fwd:
-            if not synchronous and i in bucket_of:
-                wait_for(bucket_of[i])
-            compute(layers[i].fwd_s)
-        ready = {b: len(bk.layers) for b, bk in enumerate(buckets)}
-        for i in reversed(order_fwd):
-            compute(layers[i].bwd_s)
-            if i in bucket_of:
-                b = bucket_of[i]
-                ready[b] -= 1
-                if ready[b] == 0:
-                    launch(b)
-    its = [b - a for a, b in zip(starts, starts[1:])][warmup:]
+    its = _iterate(layers, buckets, clock=lambda: t, compute=lambda s: advance(t + s), wait_for=wait_for,
+                   launch=launch, starts=starts, warmup=warmup, iterations=iterations, synchronous=synchronous)
     return SimResult(sum(its) / len(its), its, waits / max(1, iterations))
 
 
@@ -414,7 +421,6 @@ def simulate_ps(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: 
     pulls. Left out: TCP, the server's and the framework's own time."""
     rate = rate_mbit * 1e6 / 8 / WIRE_PER_PAYLOAD
     parts = ps_parts(buckets, servers, partition_bytes)
-    bucket_of = {i: b for b, bk in enumerate(buckets) for i in bk.layers}
     whole = aggregation == "tensor"
     # Links: worker 0's up and down, each server's down (pushes in) and up (pulls out).
     queues: Dict[Tuple[str, int, int], List[_Transfer]] = {}   # (push|pull, server, lane) -> FIFO
@@ -502,23 +508,8 @@ def simulate_ps(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: 
         if len(starts) > warmup:
             waits += t - t0
 
-    for k in range(warmup + iterations + 1):
-        starts.append(t)
-        if k == warmup + iterations:
-            break
-        for i in range(len(layers)):
-            if i in bucket_of:
-                wait_for(bucket_of[i])
-            step(t + layers[i].fwd_s)
-        ready = {b: len(bk.layers) for b, bk in enumerate(buckets)}
-        for i in reversed(range(len(layers))):
-            step(t + layers[i].bwd_s)
-            if i in bucket_of:
-                b = bucket_of[i]
-                ready[b] -= 1
-                if ready[b] == 0:
-                    launch(b)
-    its = [b - a for a, b in zip(starts, starts[1:])][warmup:]
+    its = _iterate(layers, buckets, clock=lambda: t, compute=lambda s: step(t + s), wait_for=wait_for,
+                   launch=launch, starts=starts, warmup=warmup, iterations=iterations)
     return SimResult(sum(its) / len(its), its, waits / max(1, iterations))
 
 

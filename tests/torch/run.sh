@@ -6,7 +6,7 @@
 # unless a CC named mercury is already there), starts the worker's mercuryd
 # and two mercury-ps servers (job torchtest, a secret of this run's) in a
 # network namespace of its own and runs tests/torch/checks.py there (Gloo
-# and the servers over that namespace's loopback), then tests/torch/ps_hostile.py
+# and the servers over that namespace's loopback), then tests/integration/ps_hostile.py
 # against servers of its own. Prints PASS/FAIL lines and
 # "torch: N passed, M failed"; exits non-zero on any failure.
 #

@@ -50,6 +50,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 from mercury.contract import NUM_RANKS, rank_lane  # noqa: E402
+from mercury.ps import PARTITION_BYTES, place  # noqa: E402
 
 # Ethernet frame on the wire (tbf counts it) per TCP payload with timestamps.
 WIRE_PER_PAYLOAD = 1514 / 1448
@@ -365,25 +366,16 @@ def simulate_mode(mode: str, layers: Sequence[Layer], *, workers: int, rate_mbit
 # -- backend="ps": mercury-ps servers on hosts of their own --------------------
 
 PS_MODES = ["ps-vanilla", "ps-cubic", "ps-full"]
-PS_PARTITION_BYTES = 4096000    # mercury.torch.ps.PARTITION_BYTES (BytePS's)
+PS_PARTITION_BYTES = PARTITION_BYTES   # mercury.torch's default (BytePS's)
 PS_CHUNK_BYTES = 65536          # mercury-ps --chunk-bytes
 
 
 def ps_parts(buckets: Sequence[Bucket], servers: int, partition_bytes: int) -> List[List[Tuple[int, int]]]:
-    """Each bucket's partitions as (server, bytes), placed as mercury.torch.ps's
-    "balanced" placement does: cut at partition_bytes, each to the least
-    loaded server."""
-    load = [0] * servers
-    out = []
-    for bk in buckets:
-        parts = []
-        for start in range(0, bk.nbytes, partition_bytes):
-            n = min(partition_bytes, bk.nbytes - start)
-            s = min(range(servers), key=lambda i: (load[i], i))
-            load[s] += n
-            parts.append((s, n))
-        out.append(parts)
-    return out
+    """Each bucket's partitions as (server, bytes), as mercury.torch places
+    them (mercury.ps.place, "balanced": cut at partition_bytes, each to the
+    least loaded server)."""
+    placed = place([bk.nbytes // 4 for bk in buckets], servers, "balanced", partition_bytes=partition_bytes)
+    return [[(p.server, 4 * (p.end - p.start)) for p in parts] for parts in placed]
 
 
 @dataclass(eq=False)

@@ -52,14 +52,17 @@ def mean_ci(values: List[float]) -> Tuple[float, float]:
     return m, t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
 
 
-def lower_bound(run: dict) -> Tuple[float, float]:
+def lower_bound(run: dict, share: Optional[float] = None) -> Tuple[float, float]:
     """(bound_s, comm_s): no schedule beats max(compute, bytes on the busiest link / rate).
 
     All-reduce sends at least 2(N-1)/N of the model out of every worker's
-    link (bandwidth-optimal, which Gloo's ring attains).
+    link (bandwidth-optimal, which Gloo's ring attains); ``share``: another
+    fraction of the model on the busiest link.
     """
     n = run["workers"]
-    comm = 2 * (n - 1) / n * run["model_bytes"] * WIRE_PER_PAYLOAD * 8 / (run["rate_mbit"] * 1e6)
+    if share is None:
+        share = 2 * (n - 1) / n
+    comm = share * run["model_bytes"] * WIRE_PER_PAYLOAD * 8 / (run["rate_mbit"] * 1e6)
     return max(run["compute_s"] or 0.0, comm), comm
 
 
@@ -69,10 +72,7 @@ def ps_bound(run: dict) -> float:
     link carries the model once each way, each server link its share from
     every worker. Colocated: every host's link carries the others' shares of
     its pushes and of its server's answers, 2(N-1)/N of the model, as the ring."""
-    n = run["workers"]
-    share = 1.0 if run.get("ps_topology") == "separate" else 2 * (n - 1) / n
-    comm = share * run["model_bytes"] * WIRE_PER_PAYLOAD * 8 / (run["rate_mbit"] * 1e6)
-    return max(run["compute_s"] or 0.0, comm)
+    return lower_bound(run, 1.0 if run.get("ps_topology") == "separate" else None)[0]
 
 
 def simulated(run: dict, step_latency_s: float, modes: List[str],

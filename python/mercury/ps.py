@@ -20,9 +20,11 @@ import socket
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["PsError", "Connection", "PushPull", "Work", "read_secret", "MAGIC", "VERSION"]
+__all__ = ["PsError", "Connection", "PushPull", "Work", "read_secret", "place", "Part", "PLACEMENTS",
+           "PARTITION_BYTES", "MXNET_SPLIT_ELEMS", "MAGIC", "VERSION"]
 
 MAGIC = 0x3153504D          # "MPS1"; ps::kMagic
 VERSION = 1                 # ps::kVersion
@@ -36,6 +38,63 @@ PUSH, BYE, READY, PULL, ERROR = 1, 2, 16, 17, 18   # ps::Type
 CHALLENGE = struct.Struct("<IHHI32s")     # ps::Challenge
 HELLO = struct.Struct("<IHHIIIII")        # ps::Hello up to its mac
 HEADER = struct.Struct("<B3xIII")         # ps::Header
+
+
+# -- placement: which server holds which part of each bucket ------------------
+# (here, without torch, so experiment/torchsim.py simulates the same placement)
+
+PLACEMENTS = ("balanced", "mxnet")
+PARTITION_BYTES = 4096000          # BytePS's default partition
+MXNET_SPLIT_ELEMS = 1000000        # MXNet's MXNET_KVSTORE_BIGARRAY_BOUND
+
+
+@dataclass(frozen=True)
+class Part:
+    """Elements [start, end) of a bucket, key ``key`` of server ``server``."""
+    server: int
+    key: int
+    start: int
+    end: int
+
+
+def place(sizes: Sequence[int], servers: int, placement: str, elem_bytes: int = 4,
+          partition_bytes: int = PARTITION_BYTES) -> List[List[Part]]:
+    """Each bucket's partitions (``sizes``: elements per bucket; "balanced"
+    cuts at ``partition_bytes``), keys numbered per server in bucket order.
+    Deterministic: every worker gets the same."""
+    if servers < 1:
+        raise ValueError("at least one server")
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement is one of {', '.join(PLACEMENTS)}, not {placement!r}")
+    keys = [0] * servers
+    load = [0] * servers
+    out: List[List[Part]] = []
+    rr = 0
+    for size in sizes:
+        parts: List[Part] = []
+        if placement == "balanced":
+            step = max(1, partition_bytes // elem_bytes)
+            for start in range(0, size, step):
+                s = min(range(servers), key=lambda i: (load[i], i))
+                end = min(size, start + step)
+                parts.append(Part(s, keys[s], start, end))
+                keys[s] += 1
+                load[s] += end - start
+        elif size > MXNET_SPLIT_ELEMS and servers > 1:
+            bounds = [size * i // servers for i in range(servers + 1)]
+            for s in range(servers):
+                parts.append(Part(s, keys[s], bounds[s], bounds[s + 1]))
+                keys[s] += 1
+                load[s] += bounds[s + 1] - bounds[s]
+        else:
+            s = rr % servers
+            rr += 1
+            parts.append(Part(s, keys[s], 0, size))
+            keys[s] += 1
+            load[s] += size
+        out.append(parts)
+    return out
+
 
 
 class PsError(RuntimeError):

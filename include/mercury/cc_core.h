@@ -388,6 +388,26 @@ static inline int mercury_other_job_active(const __u64 *job_active_us,
 }
 
 /*
+ * How long another job's last ACK keeps a job's flows from yielding to
+ * delay: the hold window (about an RTT), but no less than
+ * MERCURY_JOB_WINDOW_MIN_US. A flow stamps only on ACKs, and one that is
+ * still sending can go tens of ms without one: a delayed ACK (40 ms), a
+ * sender briefly out of data, a busy host: gaps of 20 to 62 ms traced in
+ * a loaded test VM, where a window of two RTTs (15 ms) let a job's flow
+ * yield up to 35 times in 6 s beside another job's busy flow (118 times in
+ * one CI run). The cost: for up to 100 ms after another job's last ACK,
+ * this job's less urgent flows do not give way by delay to its urgent
+ * flows on other hosts.
+ */
+#define MERCURY_JOB_WINDOW_MIN_US	100000
+
+static inline __u32 mercury_job_window_us(__u32 hold_window_us)
+{
+	return hold_window_us > MERCURY_JOB_WINDOW_MIN_US ? hold_window_us :
+							    MERCURY_JOB_WINDOW_MIN_US;
+}
+
+/*
  * Starvation guard for delay yielding, for flows of a job: another job's
  * traffic can keep a shared queue full for as long as it likes. @since_us is
  * when the flow's current run of delayed samples began (0: none). True if

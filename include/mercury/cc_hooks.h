@@ -247,7 +247,8 @@ MERCURY_HOOK void mercury_maybe_yield(struct sock *sk, struct mercury_sock *ca,
 				       mercury_delay_thresh_us(x));
 	/* Another job sending from this host: the queue is theirs too. */
 	if (delayed && ca->job != MERCURY_JOB_NONE && active &&
-	    mercury_other_job_active(active, ca->job, now_us, window_us))
+	    mercury_other_job_active(active, ca->job, now_us,
+				     mercury_job_window_us(window_us)))
 		delayed = 0;
 	/* At most once an RTT, like TCP-LP. */
 	if (delayed && mercury_backed_off_within_rtt(ca->last_backoff_us, now_us,

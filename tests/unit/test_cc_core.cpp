@@ -325,6 +325,12 @@ TEST_CASE("another job sending from this host is seen within the window", "[core
     CHECK(mercury_other_job_active(job_active, 2, now, 1000));
 }
 
+TEST_CASE("another job counts as sending for an RTT, and never less than 100 ms", "[core][jobs]")
+{
+    CHECK(mercury_job_window_us(2'000) == 100'000);
+    CHECK(mercury_job_window_us(MERCURY_HOLD_WINDOW_MAX_US) == MERCURY_HOLD_WINDOW_MAX_US);
+}
+
 TEST_CASE("a job's flow yields to delay for max_hold at a stretch, then gets max_hold/8", "[core][jobs]")
 {
     __u64 since = 0;

@@ -49,7 +49,7 @@ struct sock {
     tcp_sock tp;
     mercury_sock ca{};
     Netns* ns = nullptr;
-    __u8 rank = MERCURY_RANK_NONE, ca_state = TCP_CA_Open;
+    __u8 rank = MERCURY_RANK_NONE, job = MERCURY_JOB_NONE, ca_state = TCP_CA_Open;
     bool has_data = true, cwnd_limited = true, handshaking = false;
     bool pacing_needed = false, max_pacing_rate_set = false;   // sk_pacing_status, SO_MAX_PACING_RATE
 };
@@ -75,13 +75,13 @@ mercury_job_census* mercury_census(mercury_ctx* x, __u32 job)
 {
     return job < MERCURY_NUM_JOBS ? &x->ns->census[job] : nullptr;
 }
-// The table says: the rank the test gave the socket, one unit of weight, no job.
+// The table says: the rank and job the test gave the socket, one unit of weight.
 void mercury_refresh_prio(sock* sk, mercury_sock* ca, mercury_ctx* x)
 {
     ca->table_gen = x->ns->gen;
     ca->rank = sk->rank;
     ca->weight = MERCURY_WEIGHT_UNIT;
-    ca->job = MERCURY_JOB_NONE;
+    ca->job = sk->job;
 }
 int changes = 0;
 void mercury_changed(sock*, const mercury_sock*, mercury_hold_change, __u32) { ++changes; }
@@ -285,6 +285,29 @@ TEST_CASE("hooks: a ranked flow yields to queueing delay at most once an RTT", "
     ack(urgent, 1000 + 50'000);
     CHECK(ns.counters[DELAY_BACKOFFS] == 2);
     CHECK(urgent.tp.snd_cwnd == 50);
+}
+
+TEST_CASE("hooks: a job's flow does not yield while another job's flow is between ACKs", "[hooks][jobs]")
+{
+    Netns ns;
+    sock s;
+    s.ns = &ns;
+    s.rank = 5;
+    s.job = 2;
+    s.tp.snd_cwnd = 50;
+    s.tp.snd_ssthresh = 20;   // out of slow start
+    mercury_on_init(&s);
+    // Job 1's flow last took an ACK 60 ms ago (a delayed ACK, a busy host):
+    // 30 RTTs of this flow, and still sending.
+    ns.job_active_us[1] = now_us - 60'000;
+    ack(s, 1000 + 5000);
+    CHECK(ns.counters[DELAY_BACKOFFS] == 0);
+    CHECK(s.tp.snd_cwnd == 50);
+    // 100 ms without one: it went quiet, and the queue is this job's.
+    now_us += 40'000;
+    ack(s, 1000 + 5000);
+    CHECK(ns.counters[DELAY_BACKOFFS] == 1);
+    CHECK(s.tp.snd_cwnd < 50);
 }
 
 TEST_CASE("hooks: a flow holding others yields no lower than twice their floors", "[hooks]")

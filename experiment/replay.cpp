@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 // mercury-replay: parameter-server training of a real model *shape* over
 // real TCP, compute emulated from the profile, for the paper's experiment.
+// The servers are mercury-ps (agent/src/ps/), the one users run; the
+// replayer's workers speak its protocol (agent/PROTOCOL.md).
 //
-//   mercury-replay server --id S --listen IP:PORT   COMMON
 //   mercury-replay worker --id W --servers IP:PORT,... COMMON [--iterations K] [--warmup N]
+//                         [--secret-file FILE]   (else $MERCURY_PS_SECRET)
+//   mercury-replay ps-args COMMON   (the mercury-ps options that serve the mode:
+//                         --job, --cc, --aggregation, --chunk-bytes, --no-agent)
 //   mercury-replay sim    --rate-mbit R COMMON [--sim-ranks layer|agent]
 //                         (an achievable schedule, simulated: priority per
 //                         layer, or by the ranks mercuryd's rule gives)
@@ -23,13 +27,13 @@
 // in priority modes and cubic in the others.
 //
 // Modes (same bytes in each): fifo (one connection per worker-server pair,
-// whole-tensor aggregation), bytescheduler (the same connections; tensors cut
-// into --partition-bytes partitions sent in layer order from a priority
-// queue, at most --credit partitions pushed and not yet acknowledged by the
-// server; the server aggregates per partition), mercury (a connection per
-// rank, ranks from the agent via libmercury, immediate aggregation),
-// mercury-noprio (immediate, no priorities), prio-only (priorities,
-// whole-tensor).
+// whole-tensor aggregation: mercury-ps --aggregation tensor), bytescheduler
+// (the same connections; tensors cut into --partition-bytes partitions, each
+// its own key on the server, sent in layer order from a priority queue, at
+// most --credit partitions pushed and not yet acknowledged by the server),
+// mercury (a connection per rank, ranks from the agent via libmercury,
+// immediate aggregation: --aggregation chunk), mercury-noprio (immediate, no
+// priorities), prio-only (priorities, whole-tensor).
 //
 // Workers print one JSON line: iteration times, mean after warm-up, bytes.
 #include <arpa/inet.h>
@@ -50,6 +54,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -66,6 +71,7 @@
 #include <mercury/client.hpp>
 #include "mercury/uapi.h"
 #include "model.hpp"
+#include "ps/wire.hpp"
 #include "learner/priorities.hpp"
 #include "simulator.hpp"
 #include "unique_fd.hpp"
@@ -77,10 +83,11 @@ using namespace mercury::experiment;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kChunk = 16384;  // wire bytes per chunk (after scaling)
+constexpr uint32_t kChunkElems = kChunk / sizeof(float);   // mercury-ps --chunk-bytes kChunk
+static_assert(sizeof(ps::Header) == 16, "the bound and the simulator count 16-byte headers");
 // What tbf counts per payload byte: full-sized segments, 1448 payload bytes
 // (with timestamps) in a 1514-byte frame.
 constexpr double kWirePerPayload = 1514.0 / 1448.0;
-constexpr uint32_t kMagic = 0x4d455243;
 
 struct Mode {
     bool priority = false;      // connections per rank, ranked by the agent
@@ -104,14 +111,11 @@ struct Options {
     std::string placement = "mxnet";         // or "balanced"
     std::string sim_ranks = "layer";         // sim: per-layer priority, or "agent": mercuryd's ranks
     std::string job;                         // the job name the agents see; empty: the model's
+    std::string secret_file;                 // the servers' secret; empty: $MERCURY_PS_SECRET
     uint32_t id = 0, workers = 1, servers = 1, iterations = 10, warmup = 2;
     double byte_divisor = 1, rate_mbit = 100;
     uint64_t partition_bytes = 4 * kChunk;   // bytescheduler, after scaling
     uint32_t credit = 4;                     // bytescheduler: partitions outstanding
-};
-
-struct Header {
-    uint32_t iteration, shard, chunk, bytes;
 };
 
 double now_s()
@@ -119,15 +123,28 @@ double now_s()
     return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }
 
-// The shared view both sides derive from the profile: model, placement, ranks.
+// A key as mercury-ps sees it: a shard, or (bytescheduler) one partition of
+// a shard, which the server then aggregates as a unit (BytePS's keys).
+struct Key {
+    uint32_t shard = 0, server = 0, id = 0;   // id: its index in that server's declared keys
+    uint32_t first_chunk = 0, chunks = 0;     // the shard's chunks it covers
+    uint64_t elems = 0;                       // float32s
+};
+
+// The shared view every worker derives from the profile: model, placement,
+// keys, ranks.
 struct Plan {
     Model model;
     Placement placement;
     std::vector<uint32_t> chunks;           // per shard
+    std::vector<Key> keys;
+    std::vector<std::vector<uint32_t>> keys_of_shard;    // indices into keys
+    std::vector<std::vector<uint32_t>> keys_of_server;   // by id on that server
     std::vector<uint8_t> rank_of_tensor;    // per tensor, from its layer's rank
     std::vector<uint32_t> layer_of_rank;    // a layer holding each rank, for registration
     Mode mode;
     std::string cc;                         // every data connection's, set per socket
+    std::string job;                        // the agents' and the servers' job name
     std::vector<bool> lanes;                // per lane: does any tensor travel on it?
     uint32_t partition_chunks = 1;          // bytescheduler: chunks per partition
 
@@ -141,10 +158,25 @@ struct Plan {
             chunks.push_back(static_cast<uint32_t>((s.bytes + kChunk - 1) / kChunk));
         mode = parse_mode(o.mode_name);
         cc = !o.cc.empty() ? o.cc : mode.priority ? "mercury" : "cubic";
+        job = o.job.empty() ? model.name : o.job;
+        keys_of_shard.resize(placement.shards.size());
+        keys_of_server.resize(o.servers);
+        for (uint32_t s = 0; s < placement.shards.size(); ++s) {
+            const uint32_t step = mode.partitioned ? partition_chunks : std::max<uint32_t>(chunks[s], 1);
+            for (uint32_t first = 0; first < chunks[s]; first += step) {
+                Key k{s, placement.shards[s].server, 0, first, std::min(step, chunks[s] - first), 0};
+                for (uint32_t c = first; c < first + k.chunks; ++c)
+                    k.elems += chunk_elems(s, c);
+                k.id = static_cast<uint32_t>(keys_of_server.at(k.server).size());
+                keys_of_server[k.server].push_back(static_cast<uint32_t>(keys.size()));
+                keys_of_shard[s].push_back(static_cast<uint32_t>(keys.size()));
+                keys.push_back(k);
+            }
+        }
         assign_ranks(std::vector<uint8_t>(model.layers.size(), 0));
     }
-    // Which rank each layer has: from the agent (workers and servers), or
-    // from the agent's rule (the simulator, which has no agent).
+    // Which rank each layer has: from the agent (workers), or from the
+    // agent's rule (the simulator, which has no agent).
     void assign_ranks(const std::vector<uint8_t>& layer_rank)
     {
         rank_of_tensor.clear();
@@ -178,58 +210,58 @@ struct Plan {
     {
         return std::min<uint64_t>(kChunk, placement.shards[shard].bytes - uint64_t{c} * kChunk);
     }
-    // What a server aggregates before it answers: a chunk (immediate), a
-    // partition (bytescheduler) or the whole shard. Returns [first, end).
-    std::pair<uint32_t, uint32_t> unit_of(uint32_t shard, uint32_t chunk) const
+    // float32s carry the bytes: a shard's last chunk rounds up to whole ones.
+    uint32_t chunk_elems(uint32_t shard, uint32_t c) const
     {
-        const uint32_t size = mode.immediate ? 1 : mode.partitioned ? partition_chunks : chunks[shard];
-        const uint32_t first = chunk / size * size;
-        return {first, std::min(first + size, chunks[shard])};
+        return static_cast<uint32_t>((chunk_bytes(shard, c) + sizeof(float) - 1) / sizeof(float));
+    }
+    // What mercury-ps aggregates before it answers: each chunk (immediate)
+    // or each key (a whole shard, or a bytescheduler partition).
+    std::string aggregation() const { return mode.immediate ? "chunk" : "tensor"; }
+    uint64_t elems_per_iteration() const
+    {
+        uint64_t n = 0;
+        for (const auto& k : keys)
+            n += k.elems;
+        return n;
     }
 };
 
-// ByteScheduler's worker side: gradient partitions wait in a priority queue
-// (the layer the next forward pass needs first goes first) and at most
+// ByteScheduler's worker side: gradient partitions (keys) wait in a priority
+// queue (the layer the next forward pass needs first goes first) and at most
 // `credit` partitions are outstanding; a partition's credit comes back when
-// the server acknowledges its push (a payload-less header), as ByteScheduler
-// does for PS pushes. Holding it until the pull would deadlock: workers that
-// produced gradients at different times would each hold partitions the
-// others have not sent. The last iteration, which servers do not answer,
-// holds no credit.
+// the server has taken its last chunk (mercury-ps's Ack), as a BytePS server
+// answers a push on receipt. Holding it until the pull would deadlock:
+// workers that produced gradients at different times would each hold
+// partitions the others have not sent.
 class PartitionScheduler {
 public:
-    PartitionScheduler(const Plan& plan, uint32_t credit, uint32_t last_iteration)
-        : plan_(plan), credit_(credit), last_iteration_(last_iteration)
-    {
-    }
+    PartitionScheduler(const Plan& plan, uint32_t credit) : plan_(plan), credit_(credit) {}
 
     void add(uint32_t iteration, uint32_t tensor)
     {
         for (uint32_t s : plan_.placement.tensors[tensor].shards)
-            for (uint32_t c = 0; c < plan_.chunks[s]; c += plan_.partition_chunks)
-                queue_.insert({plan_.placement.tensors[tensor].layer, iteration, s, c});
+            for (uint32_t k : plan_.keys_of_shard[s])
+                queue_.insert({plan_.placement.tensors[tensor].layer, iteration, k});
     }
 
-    // Moves partitions to their connections while credit lasts.
+    // Hands partitions (keys) to @send while credit lasts.
     template <typename Send>
     void pump(Send&& send)
     {
         while (outstanding_ < credit_ && !queue_.empty()) {
             const Partition p = *queue_.begin();
             queue_.erase(queue_.begin());
-            const auto [first, end] = plan_.unit_of(p.shard, p.chunk);
-            for (uint32_t c = first; c < end; ++c)
-                send(Header{p.iteration, p.shard, c, static_cast<uint32_t>(plan_.chunk_bytes(p.shard, c))});
-            if (p.iteration == last_iteration_)
-                continue;   // nothing will come back: no credit held
-            unacked_.insert({p.iteration, p.shard, first});
+            send(p.key, p.iteration);
+            unacked_.insert(p.key);
             ++outstanding_;
         }
     }
 
-    void acked(const Header& h)
+    // The server took the push of @key's chunk ending at element @end.
+    void acked(uint32_t key, uint64_t end)
     {
-        if (unacked_.erase({h.iteration, h.shard, h.chunk}))
+        if (end == plan_.keys[key].elems && unacked_.erase(key))
             --outstanding_;
     }
 
@@ -237,53 +269,96 @@ public:
 
 private:
     struct Partition {
-        uint32_t layer, iteration, shard, chunk;
+        uint32_t layer, iteration, key;
         auto operator<=>(const Partition&) const = default;
     };
     const Plan& plan_;
-    uint32_t credit_, last_iteration_, outstanding_ = 0;
+    uint32_t credit_, outstanding_ = 0;
     std::set<Partition> queue_;
-    std::set<std::tuple<uint32_t, uint32_t, uint32_t>> unacked_;   // (iteration, shard, first chunk)
+    std::set<uint32_t> unacked_;   // a key is pushed again only after its sum came back
 };
 
-// One TCP connection with an outgoing chunk queue and an incoming parser.
+// The job's secret, as mercury-ps takes it: a file (one trailing newline
+// dropped) or $MERCURY_PS_SECRET.
+std::string read_secret(const std::string& file)
+{
+    std::string secret;
+    if (!file.empty()) {
+        std::ifstream in(file, std::ios::binary);
+        if (!in)
+            throw std::runtime_error("cannot read --secret-file " + file);
+        std::ostringstream text;
+        text << in.rdbuf();
+        secret = text.str();
+        if (!secret.empty() && secret.back() == '\n')
+            secret.pop_back();
+    } else if (const char* env = std::getenv("MERCURY_PS_SECRET")) {
+        secret = env;
+    }
+    if (secret.empty())
+        throw std::runtime_error("no secret for the servers: --secret-file FILE or $MERCURY_PS_SECRET");
+    return secret;
+}
+
+void read_exact(int fd, void* p, size_t n, const std::string& what)
+{
+    auto* c = static_cast<char*>(p);
+    while (n) {
+        const ssize_t r = ::recv(fd, c, n, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            throw std::runtime_error("mercury-ps closed the connection during " + what);
+        c += r;
+        n -= static_cast<size_t>(r);
+    }
+}
+
+void send_all(int fd, const void* p, size_t n)
+{
+    if (::send(fd, p, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n))
+        throw std::runtime_error("short send");
+}
+
+// One connection to a mercury-ps, after the handshake: pushes queued out
+// (zeros: the replayer moves bytes, not gradients), sums, acks and errors in.
 // Non-blocking: a blocking write here deadlocks (both ends writing, none reading).
 class Conn {
 public:
-    explicit Conn(int fd) : fd_(fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+    Conn(int fd, uint32_t server) : fd_(fd), server_(server)
+    {
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    }
     int fd() const { return fd_.get(); }
+    uint32_t server() const { return server_; }
     bool want_write() const { return !out_.empty(); }
 
-    void queue(const Header& h)
+    void queue(ps::Type type, uint32_t key = 0, uint32_t offset = 0, uint32_t count = 0)
     {
+        ps::Header h{};
+        h.type = type;
+        h.key = key;
+        h.offset = offset;
+        h.count = count;
         out_.push_back({h, 0});
-    }
-
-    // A control message goes ahead of queued data (not of a chunk half written).
-    void queue_urgent(const Header& h)
-    {
-        auto at = out_.begin();
-        if (at != out_.end() && at->second > 0)
-            ++at;
-        out_.insert(at, {h, 0});
     }
 
     // Writes what the socket takes; returns bytes of payload+headers sent.
     uint64_t flush()
     {
-        static const std::vector<char> zeros(kChunk + sizeof(Header), 0);
+        static const std::vector<char> zeros(kChunk + sizeof(float), 0);
         uint64_t sent = 0;
         while (!out_.empty()) {
             auto& [h, off] = out_.front();
-            const size_t total = sizeof(Header) + h.bytes;
-            char buf[sizeof(Header)];
-            std::memcpy(buf, &h, sizeof(h));
+            const size_t payload = h.type == ps::Type::kPush ? h.count * sizeof(float) : 0;
+            const size_t total = sizeof(h) + payload;
             iovec iov[2];
             int n = 0;
-            if (off < sizeof(Header))
-                iov[n++] = {buf + off, sizeof(Header) - off};
-            const size_t payload_off = off > sizeof(Header) ? off - sizeof(Header) : 0;
-            iov[n++] = {const_cast<char*>(zeros.data()), h.bytes - payload_off};
+            if (off < sizeof(h))
+                iov[n++] = {reinterpret_cast<char*>(&h) + off, sizeof(h) - off};
+            const size_t payload_off = off > sizeof(h) ? off - sizeof(h) : 0;
+            if (payload > payload_off)
+                iov[n++] = {const_cast<char*>(zeros.data()), payload - payload_off};
             const ssize_t w = ::writev(fd_.get(), iov, n);
             if (w <= 0)
                 break;
@@ -296,33 +371,48 @@ public:
         return sent;
     }
 
-    // Reads and calls @on_chunk(header) per whole chunk. False on EOF/error.
+    // Reads and calls @on_message(header) per whole Pull or Ack. False on
+    // EOF; throws on an Error (its text) or anything else unexpected.
     template <typename F>
-    bool read(F&& on_chunk)
+    bool read(F&& on_message)
     {
         char buf[65536];
         const ssize_t n = ::recv(fd_.get(), buf, sizeof(buf), MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return true;
+        if (n <= 0)
             return false;
         for (ssize_t i = 0; i < n;) {
-            if (have_ < sizeof(Header)) {
-                const size_t take = std::min<size_t>(sizeof(Header) - have_, static_cast<size_t>(n - i));
+            if (have_ < sizeof(in_)) {
+                const size_t take = std::min<size_t>(sizeof(in_) - have_, static_cast<size_t>(n - i));
                 std::memcpy(reinterpret_cast<char*>(&in_) + have_, buf + i, take);
                 have_ += take;
                 i += static_cast<ssize_t>(take);
-                if (have_ == sizeof(Header) && in_.bytes == 0) {
-                    on_chunk(in_);
-                    have_ = 0;
-                }
-                continue;
+                if (have_ < sizeof(in_))
+                    continue;
+                if (in_.type == ps::Type::kPull)
+                    payload_ = in_.count * sizeof(float);
+                else if (in_.type == ps::Type::kError)
+                    payload_ = std::min<size_t>(in_.count, 4096);
+                else if (in_.type == ps::Type::kAck)
+                    payload_ = 0;
+                else
+                    throw std::runtime_error("mercury-ps sent message type " +
+                                             std::to_string(static_cast<unsigned>(in_.type)));
+                text_.clear();
             }
-            const size_t left = sizeof(Header) + in_.bytes - have_;
+            const size_t left = sizeof(in_) + payload_ - have_;
             const size_t take = std::min<size_t>(left, static_cast<size_t>(n - i));
+            if (in_.type == ps::Type::kError)
+                text_.append(buf + i, take);
+            else
+                received_ += take;
             have_ += take;
             i += static_cast<ssize_t>(take);
-            received_ += take;
-            if (have_ == sizeof(Header) + in_.bytes) {
-                on_chunk(in_);
+            if (have_ == sizeof(in_) + payload_) {
+                if (in_.type == ps::Type::kError)
+                    throw std::runtime_error("server " + std::to_string(server_) + ": " + text_);
+                on_message(in_);
                 have_ = 0;
             }
         }
@@ -332,9 +422,11 @@ public:
 
 private:
     mercury::UniqueFd fd_;
-    std::deque<std::pair<Header, size_t>> out_;
-    Header in_{};
-    size_t have_ = 0;
+    uint32_t server_;
+    std::deque<std::pair<ps::Header, size_t>> out_;
+    ps::Header in_{};
+    size_t have_ = 0, payload_ = 0;
+    std::string text_;
     uint64_t received_ = 0;
 };
 
@@ -406,12 +498,6 @@ int tcp_connect(const Endpoint& ep, const std::string& cc)
     return fd;
 }
 
-void send_all(int fd, const void* p, size_t n)
-{
-    if (::send(fd, p, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n))
-        throw std::runtime_error("short send");
-}
-
 // Declares the model and its profiled timings to the agent and takes the
 // ranks it learned from them (priority modes only); each lane's connection
 // is then registered as carrying a layer of that rank, so the agent (not the
@@ -480,6 +566,57 @@ std::string wait_json_top(const std::vector<double>& wait_s, size_t iterations)
     return out + "]";
 }
 
+// Connects to a mercury-ps and joins the plan's job on @lane: the
+// challenge, the Hello with its MAC over the secret, the server's keys;
+// AckPushes for bytescheduler. Returns once the server says Ready.
+int connect_ps(const Options& o, const Plan& plan, const std::string& secret, const Endpoint& ep, uint32_t server,
+               uint32_t lane)
+{
+    const int fd = tcp_connect(ep, plan.cc);
+    ps::Challenge challenge{};
+    read_exact(fd, &challenge, sizeof(challenge), "the handshake");
+    if (challenge.magic != ps::kMagic || challenge.version != ps::kVersion)
+        throw std::runtime_error(ep.to_string() + " is not a mercury-ps version " + std::to_string(ps::kVersion));
+    if (challenge.chunk_elems != kChunkElems)
+        throw std::runtime_error(ep.to_string() + " takes chunks of " + std::to_string(challenge.chunk_elems) +
+                                 " elements; the replayer pushes " + std::to_string(kChunkElems) +
+                                 " (mercury-ps --chunk-bytes " + std::to_string(kChunk) + ")");
+    const auto& ids = plan.keys_of_server.at(server);
+    ps::Hello hello{};
+    hello.magic = ps::kMagic;
+    hello.version = ps::kVersion;
+    hello.job_len = static_cast<uint16_t>(plan.job.size());
+    hello.worker = o.id;
+    hello.workers = o.workers;
+    hello.lane = lane;
+    hello.lanes = static_cast<uint32_t>(plan.lanes.size());
+    hello.key_count = static_cast<uint32_t>(ids.size());
+    const auto mac = ps::hello_mac(secret, std::span<const uint8_t, ps::kNonceBytes>(challenge.nonce), hello, plan.job);
+    std::memcpy(hello.mac, mac.data(), mac.size());
+    std::vector<uint64_t> sizes;
+    for (uint32_t k : ids)
+        sizes.push_back(plan.keys[k].elems);
+    send_all(fd, &hello, sizeof(hello));
+    send_all(fd, plan.job.data(), plan.job.size());
+    send_all(fd, sizes.data(), sizes.size() * sizeof(uint64_t));
+    if (plan.mode.partitioned) {
+        ps::Header ack{};
+        ack.type = ps::Type::kAckPushes;
+        send_all(fd, &ack, sizeof(ack));
+    }
+    ps::Header reply{};
+    read_exact(fd, &reply, sizeof(reply), "the handshake");
+    if (reply.type == ps::Type::kError) {
+        std::string text(std::min<uint32_t>(reply.count, 4096), '\0');
+        read_exact(fd, text.data(), text.size(), "the handshake");
+        throw std::runtime_error(ep.to_string() + " refused: " + text);
+    }
+    if (reply.type != ps::Type::kReady)
+        throw std::runtime_error(ep.to_string() + " answered the handshake with type " +
+                                 std::to_string(static_cast<unsigned>(reply.type)));
+    return fd;
+}
+
 int run_worker(const Options& o)
 {
     Plan plan(o);
@@ -489,26 +626,29 @@ int run_worker(const Options& o)
         servers.push_back(*Endpoint::parse(item));
     if (servers.size() != o.servers)
         throw std::runtime_error("--servers lists " + std::to_string(servers.size()) + " endpoints");
+    const std::string secret = read_secret(o.secret_file);
 
-    auto agent = join_agent(plan, o.job.empty() ? plan.model.name : o.job, o.id);
-    // conns[server][lane]; lanes with no tensors stay closed.
+    auto agent = join_agent(plan, plan.job, o.id);
+    // conns[server][lane]; lanes with no tensors stay closed, and so do
+    // servers with no keys (more servers than shards).
     Conns conns(servers.size());
-    for (size_t s = 0; s < servers.size(); ++s) {
+    for (uint32_t s = 0; s < servers.size(); ++s) {
         conns[s].resize(plan.lanes.size());
+        if (plan.keys_of_server[s].empty())
+            continue;
         for (uint32_t lane = 0; lane < plan.lanes.size(); ++lane) {
             if (!plan.lanes[lane])
                 continue;
-            const int fd = tcp_connect(servers[s], plan.cc);
-            const uint32_t hello[3] = {kMagic, o.id, lane};
-            send_all(fd, hello, sizeof(hello));
+            const int fd = connect_ps(o, plan, secret, servers[s], s, lane);
             if (agent)
                 agent->register_socket(plan.layer_of_rank[lane], fd);
-            conns[s][lane] = std::make_unique<Conn>(fd);
+            conns[s][lane] = std::make_unique<Conn>(fd, s);
         }
     }
 
     const auto [fwd_us, bwd_us] = plan.timings_us();
-    std::vector<std::map<uint32_t, uint32_t>> pulled(o.iterations + 1);  // iteration -> tensor -> chunks
+    std::vector<std::map<uint32_t, uint32_t>> pulled(o.iterations);  // iteration -> tensor -> chunks
+    std::vector<uint32_t> pushed_in(plan.keys.size(), 0);            // per key: the iteration last pushed
     std::vector<uint32_t> tensor_of_layer(plan.model.layers.size(), UINT32_MAX);
     std::vector<uint32_t> tensor_chunks(plan.placement.tensors.size(), 0);
     for (uint32_t t = 0; t < plan.placement.tensors.size(); ++t) {
@@ -533,27 +673,53 @@ int run_worker(const Options& o)
         const uint32_t t = tensor_of_layer[l];
         return iteration == 0 || t == UINT32_MAX || pulled[iteration - 1][t] == tensor_chunks[t];
     };
-    PartitionScheduler scheduler(plan, o.credit, o.iterations - 1);
-    auto send_chunk = [&](const Header& h) {
-        conns[plan.placement.shards[h.shard].server][plan.lane(h.shard)]->queue(h);
+    // A key's chunks onto its lane's connection to its server.
+    auto push_key = [&](uint32_t key, uint32_t it) {
+        const Key& k = plan.keys[key];
+        pushed_in[key] = it;
+        for (uint32_t c = k.first_chunk; c < k.first_chunk + k.chunks; ++c) {
+            const uint32_t count = plan.chunk_elems(k.shard, c);
+            conns[k.server][plan.lane(k.shard)]->queue(ps::Type::kPush, k.id, (c - k.first_chunk) * kChunkElems, count);
+            pushed_payload += uint64_t{count} * sizeof(float);
+        }
     };
+    PartitionScheduler scheduler(plan, o.credit);
+    auto send_partition = [&](uint32_t key, uint32_t it) { push_key(key, it); };
     auto push = [&](size_t l) {
         const uint32_t t = tensor_of_layer[l];
         if (t == UINT32_MAX)
             return;
         if (plan.mode.partitioned) {
-            for (uint32_t s : plan.placement.tensors[t].shards)
-                pushed_payload += plan.placement.shards[s].bytes;
             scheduler.add(iteration, t);
-            scheduler.pump(send_chunk);
+            scheduler.pump(send_partition);
             return;
         }
         for (uint32_t s : plan.placement.tensors[t].shards)
-            for (uint32_t c = 0; c < plan.chunks[s]; ++c) {
-                const Header h{iteration, s, c, static_cast<uint32_t>(plan.chunk_bytes(s, c))};
-                conns[plan.placement.shards[s].server][plan.lane(s)]->queue(h);
-                pushed_payload += h.bytes;
-            }
+            for (uint32_t k : plan.keys_of_shard[s])
+                push_key(k, iteration);
+    };
+    // Sums count toward the iteration their key was last pushed in: a
+    // worker pushes a key again only after that sum came back.
+    auto on_message = [&](const Conn& conn, const ps::Header& h) {
+        const auto& ids = plan.keys_of_server[conn.server()];
+        if (h.key >= ids.size())
+            throw std::runtime_error("server " + std::to_string(conn.server()) + " answered key " +
+                                     std::to_string(h.key) + ", which it does not have");
+        const uint32_t key = ids[h.key];
+        if (h.type == ps::Type::kAck)
+            scheduler.acked(key, uint64_t{h.offset} + h.count);
+        else
+            ++pulled.at(pushed_in[key])[plan.placement.shards[plan.keys[key].shard].tensor];
+    };
+    auto serve_connections = [&](int timeout_ms) {
+        for (const auto& [conn, revents] : poll_conns(conns, false, timeout_ms)) {
+            if (revents & POLLOUT)
+                sent += conn->flush();
+            if (revents & (POLLIN | POLLHUP | POLLERR))
+                if (!conn->read([&](const ps::Header& h) { on_message(*conn, h); }))
+                    throw std::runtime_error("server " + std::to_string(conn->server()) + " closed a connection");
+        }
+        scheduler.pump(send_partition);
     };
 
     double last_progress = now_s();
@@ -622,33 +788,43 @@ int run_worker(const Options& o)
 
         // Whole milliseconds, rounded down: the compute clock absorbs the slack.
         const double wait = busy_until ? std::max(0.0, busy_until - now_s()) : 0.05;
-        for (const auto& [conn, revents] : poll_conns(conns, false, static_cast<int>(wait * 1000))) {
-            if (revents & POLLOUT)
-                sent += conn->flush();
-            if (revents & (POLLIN | POLLHUP | POLLERR)) {
-                const bool ok = conn->read([&](const Header& h) {
-                    if (!h.bytes)
-                        scheduler.acked(h);
-                    else if (h.iteration < pulled.size() && h.shard < plan.placement.shards.size())
-                        ++pulled[h.iteration][plan.placement.shards[h.shard].tensor];
-                });
-                if (!ok)
-                    throw std::runtime_error("server closed a connection");
-            }
-        }
-        scheduler.pump(send_chunk);
+        serve_connections(static_cast<int>(wait * 1000));
     }
 
-    // The last iteration's gradients still have to reach the servers.
+    // The last iteration's sums, as every other's, before the workers leave
+    // the job (a member that leaves early ends it for the others).
+    const double drain_until = now_s() + 60;
+    auto drained = [&] {
+        for (uint32_t t = 0; t < tensor_chunks.size(); ++t)
+            if (pulled[o.iterations - 1][t] != tensor_chunks[t])
+                return false;
+        return scheduler.idle();
+    };
+    while (!drained()) {
+        if (now_s() > drain_until)
+            throw std::runtime_error("the last iteration's sums did not all come back within 60 s");
+        serve_connections(100);
+    }
+    // Bye on every connection; the server closes each once it has read it.
+    for (auto& per_server : conns)
+        for (auto& c : per_server)
+            if (c)
+                c->queue(ps::Type::kBye);
     for (bool pending = true; pending;) {
-        scheduler.pump(send_chunk);
-        pending = !scheduler.idle();
+        pending = false;
         for (const auto& [conn, revents] : poll_conns(conns, true, 100)) {
             pending = true;
             if (revents & POLLOUT)
                 sent += conn->flush();
         }
     }
+    for (auto& per_server : conns)
+        for (auto& c : per_server)
+            if (c) {
+                pollfd p{c->fd(), POLLIN, 0};
+                while (::poll(&p, 1, 10000) > 0 && c->read([](const ps::Header&) {})) {
+                }
+            }
 
     uint64_t received = 0;
     for (auto& per_server : conns)
@@ -663,9 +839,7 @@ int run_worker(const Options& o)
     for (size_t i = o.warmup; i < iters.size(); ++i, ++counted)
         mean += iters[i];
     mean = counted ? mean / static_cast<double>(counted) : 0;
-    uint64_t per_iteration = 0;
-    for (const auto& t : plan.placement.tensors)
-        per_iteration += t.bytes;
+    const uint64_t per_iteration = plan.elems_per_iteration() * sizeof(float);
     std::printf("{\"role\":\"worker\",\"id\":%u,\"model\":%s,\"mode\":%s,\"cc\":%s,\"placement\":%s,"
                 "\"iterations\":[",
                 o.id, json_text(plan.model.name).c_str(), json_text(o.mode_name).c_str(), json_text(plan.cc).c_str(),
@@ -683,125 +857,19 @@ int run_worker(const Options& o)
                 mean, static_cast<unsigned long long>(pushed_payload),
                 static_cast<unsigned long long>(per_iteration * o.iterations),
                 static_cast<unsigned long long>(received),
-                static_cast<unsigned long long>(per_iteration * (o.iterations - 1)),
+                static_cast<unsigned long long>(per_iteration * o.iterations),
                 static_cast<unsigned long long>(sent));
     return 0;
 }
 
-int run_server(const Options& o)
+// The options mercury-ps needs to serve this plan's job as the mode says:
+// one line for the shell (experiment/train.sh).
+int run_ps_args(const Options& o)
 {
-    Plan plan(o);
-    const auto ep = Endpoint::parse(o.listen);
-    if (!ep)
-        throw std::runtime_error("--listen IP:PORT");
-    const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-    const int one = 1;
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    pin_cc(lfd, plan.cc);   // accepted connections inherit it
-    sockaddr_in sin{};
-    sin.sin_family = AF_INET;
-    sin.sin_port = htons(ep->port);
-    std::memcpy(&sin.sin_addr, ep->addr.data(), 4);
-    if (::bind(lfd, reinterpret_cast<const sockaddr*>(&sin), sizeof(sin)) || ::listen(lfd, 256))
-        throw std::runtime_error("cannot listen on " + o.listen + ": " + std::strerror(errno));
-    auto agent = join_agent(plan, o.job.empty() ? plan.model.name : o.job, 1000 + o.id);
-
-    struct Peer {
-        std::unique_ptr<Conn> conn;
-        uint32_t worker = UINT32_MAX, lane = 0;
-        uint32_t hello[3] = {};
-        size_t hello_have = 0;
-    };
-    std::vector<Peer> peers;
-    std::map<std::pair<uint32_t, uint32_t>, Conn*> route;  // (worker, lane) -> connection
-    std::map<std::tuple<uint32_t, uint32_t, uint32_t>, uint32_t> aggregated;
-    std::map<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>, uint32_t> from_worker;   // bytescheduler acks
-    uint64_t received = 0;
-    size_t closed = 0;
-    // Every worker opens one connection per used lane to every server.
-    const size_t expected = o.workers * static_cast<size_t>(std::count(plan.lanes.begin(), plan.lanes.end(), true));
-    bool accepting = true;
-
-    // The connection a worker pushes a lane's shards on: every host must
-    // have taken the same ranks from its agent, or lanes do not line up.
-    auto conn_of = [&](uint32_t worker, uint32_t lane) {
-        const auto it = route.find({worker, lane});
-        if (it == route.end())
-            throw std::runtime_error("worker " + std::to_string(worker) + " has no connection on lane " +
-                                     std::to_string(lane) + ": the hosts' agents gave different ranks");
-        return it->second;
-    };
-    auto reply = [&](uint32_t iteration, uint32_t shard, uint32_t chunk) {
-        for (uint32_t w = 0; w < o.workers; ++w)
-            conn_of(w, plan.lane(shard))->queue({iteration, shard, chunk,
-                                                 static_cast<uint32_t>(plan.chunk_bytes(shard, chunk))});
-    };
-    auto on_chunk = [&](const Header& h, uint32_t worker) {
-        received += h.bytes;
-        if (h.iteration + 1 >= o.iterations || h.shard >= plan.placement.shards.size())
-            return;  // the last iteration's gradients need no reply
-        const auto [first, end] = plan.unit_of(h.shard, h.chunk);
-        // Acknowledge each worker's push of a whole partition: its credit.
-        if (plan.mode.partitioned && ++from_worker[{worker, h.iteration, h.shard, first}] == end - first)
-            conn_of(worker, plan.lane(h.shard))->queue_urgent({h.iteration, h.shard, first, 0});
-        // Answer once every worker's copy of the whole unit has arrived.
-        if (++aggregated[{h.iteration, h.shard, first}] == o.workers * (end - first))
-            for (uint32_t c = first; c < end; ++c)
-                reply(h.iteration, h.shard, c);
-    };
-
-    while (accepting || closed < peers.size()) {
-        std::vector<pollfd> fds;
-        if (accepting)
-            fds.push_back({lfd, POLLIN, 0});
-        for (auto& p : peers)
-            fds.push_back({p.conn ? p.conn->fd() : -1,
-                           static_cast<short>(POLLIN | (p.conn && p.conn->want_write() ? POLLOUT : 0)), 0});
-        ::poll(fds.data(), fds.size(), 200);
-        size_t i = 0;
-        if (accepting && (fds[i++].revents & POLLIN)) {
-            const int fd = ::accept(lfd, nullptr, nullptr);
-            if (fd >= 0) {
-                expect_cc(fd, plan.cc);
-                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-                peers.push_back({std::make_unique<Conn>(fd)});
-            }
-            continue;  // fds and peers no longer line up
-        }
-        for (auto& p : peers) {
-            const auto& f = fds[i++];
-            if (!p.conn)
-                continue;
-            if (f.revents & POLLOUT)
-                p.conn->flush();
-            if (!(f.revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            if (p.hello_have < sizeof(p.hello)) {
-                const ssize_t n = ::recv(p.conn->fd(), reinterpret_cast<char*>(p.hello) + p.hello_have,
-                                         sizeof(p.hello) - p.hello_have, MSG_DONTWAIT);
-                if (n > 0)
-                    p.hello_have += static_cast<size_t>(n);
-                if (p.hello_have == sizeof(p.hello)) {
-                    if (p.hello[0] != kMagic)
-                        throw std::runtime_error("bad hello");
-                    p.worker = p.hello[1];
-                    p.lane = p.hello[2];
-                    route[{p.worker, p.lane}] = p.conn.get();
-                    if (agent)
-                        agent->register_socket(plan.layer_of_rank[p.lane], p.conn->fd());
-                }
-                continue;
-            }
-            if (!p.conn->read([&](const Header& h) { on_chunk(h, p.worker); })) {
-                p.conn.reset();
-                ++closed;
-            }
-        }
-        if (accepting && route.size() == expected)
-            accepting = false;
-    }
-    std::printf("{\"role\":\"server\",\"id\":%u,\"cc\":%s,\"received_bytes\":%llu}\n", o.id,
-                json_text(plan.cc).c_str(), static_cast<unsigned long long>(received));
+    const Plan plan(o);
+    std::printf("--job %s --cc %s --aggregation %s --chunk-bytes %llu%s\n", plan.job.c_str(), plan.cc.c_str(),
+                plan.aggregation().c_str(), static_cast<unsigned long long>(kChunk),
+                plan.mode.priority ? "" : " --no-agent");
     return 0;
 }
 
@@ -823,7 +891,7 @@ int run_bound(const Options& o)
     std::vector<double> server_bytes(o.servers, 0);   // one worker's pushes to each server
     double worker_bytes = 0;
     for (uint32_t s = 0; s < plan.placement.shards.size(); ++s) {
-        const double b = static_cast<double>(plan.placement.shards[s].bytes) + sizeof(Header) * plan.chunks[s];
+        const double b = static_cast<double>(plan.placement.shards[s].bytes) + sizeof(ps::Header) * plan.chunks[s];
         worker_bytes += b;
         server_bytes[plan.placement.shards[s].server] += b;
     }
@@ -858,7 +926,7 @@ int run_sim(const Options& o)
     c.servers = o.servers;
     c.link_bytes_per_s = o.rate_mbit * 1e6 / 8;
     c.chunk_bytes = kChunk;
-    c.header_bytes = sizeof(Header);
+    c.header_bytes = sizeof(ps::Header);
     c.wire_per_payload = kWirePerPayload;
     c.priority = plan.mode.priority;
     if (o.sim_ranks != "layer" && o.sim_ranks != "agent")
@@ -904,7 +972,7 @@ Options parse(int argc, char** argv)
 {
     Options o;
     if (argc < 2)
-        throw std::runtime_error("usage: mercury-replay server|worker|sim|bound|layers OPTIONS (see the header of replay.cpp)");
+        throw std::runtime_error("usage: mercury-replay worker|ps-args|sim|bound|layers OPTIONS (see the header of replay.cpp)");
     o.role = argv[1];
     for (int i = 2; i < argc; i += 2) {
         if (i + 1 >= argc)
@@ -927,6 +995,7 @@ Options parse(int argc, char** argv)
         else if (a == "--placement") o.placement = v;
         else if (a == "--sim-ranks") o.sim_ranks = v;
         else if (a == "--job") o.job = v;
+        else if (a == "--secret-file") o.secret_file = v;
         else throw std::runtime_error("unknown option " + a);
     }
     if (o.role == "layers") {
@@ -953,15 +1022,18 @@ int main(int argc, char** argv)
         const Options o = parse(argc, argv);
         if (o.role == "worker")
             return run_worker(o);
+        if (o.role == "ps-args")
+            return run_ps_args(o);
         if (o.role == "server")
-            return run_server(o);
+            throw std::runtime_error("the replayer's servers are mercury-ps: see experiment/train.sh (mercury-replay "
+                                     "ps-args prints the options a mode needs)");
         if (o.role == "sim")
             return run_sim(o);
         if (o.role == "bound")
             return run_bound(o);
         if (o.role == "layers")
             return run_layers(o);
-        throw std::runtime_error("role is server, worker, sim, bound or layers");
+        throw std::runtime_error("role is worker, ps-args, sim, bound or layers");
     } catch (const std::exception& e) {
         std::fprintf(stderr, "mercury-replay: %s\n", e.what());
         return 1;

@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # One training run on the emulated cluster (experiment/cluster.sh must be up):
-# starts mercuryd on every host for priority modes, the servers, then the
-# workers; prints the workers' JSON lines (one per worker) and the servers'.
+# starts mercuryd on every host for priority modes, a mercury-ps on every
+# server host (the options the mode needs from mercury-replay ps-args, a
+# fresh secret), then the workers; prints the workers' JSON lines (one per
+# worker) and one per server from its log (what it was pushed).
 #
 #   train.sh PROFILE MODE WORKERS SERVERS BYTE_DIVISOR ITERATIONS
 #
@@ -28,11 +30,16 @@ own:mercury | own:prio-only)
 	;;
 esac
 
+# The job's secret, fresh per run, shared by its workers and servers.
+secret="$out/secret"
+(umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$secret")
+ps_args=$(mercury-replay ps-args $common)
 list=""
 j=0
 while [ $j -lt "$servers" ]; do
 	MERCURY_SOCKET=/run/mc-s$j.sock $IP netns exec "mc-s$j" \
-		mercury-replay server --id $j --listen "10.3.0.$((100 + j)):$port" $common >"$out/s$j.json" 2>&1 &
+		mercury-ps --listen "10.3.0.$((100 + j)):$port" --secret-file "$secret" $ps_args --log-level info \
+		2>"$out/s$j.log" &
 	servers_pids="${servers_pids:-} $!"
 	list="$list${list:+,}10.3.0.$((100 + j)):$port"
 	j=$((j + 1))
@@ -41,15 +48,37 @@ pids=""
 i=0
 while [ $i -lt "$workers" ]; do
 	MERCURY_SOCKET=/run/mc-w$i.sock $IP netns exec "mc-w$i" \
-		mercury-replay worker --id $i --servers "$list" $common >"$out/w$i.json" 2>&1 &
+		mercury-replay worker --id $i --servers "$list" --secret-file "$secret" $common >"$out/w$i.json" 2>&1 &
 	pids="$pids $!"
 	i=$((i + 1))
 done
 rc=0
 for p in $pids; do wait "$p" || rc=1; done
-# Servers report once the last gradients are in and the workers hung up.
-for p in $servers_pids; do wait "$p" || rc=1; done
+# A server's job ends once every worker has said bye (or with an error).
+log_field() {	# log_field FILE MSG KEY: KEY's value on MSG's last line
+	sed -n "s/.*msg=\"*$2\"* .*$3=\"*\([^\" ]*\).*/\1/p" "$1" | tail -1
+}
+j=0
+for p in $servers_pids; do
+	log="$out/s$j.log"
+	n=200
+	while [ $n -gt 0 ] && grep -q 'msg="job started"' "$log" &&
+		! grep -q 'msg="job finished"\|msg="ending job"' "$log"; do
+		sleep 0.1
+		n=$((n - 1))
+	done
+	kill "$p" 2>/dev/null || true
+	wait "$p" || rc=1
+	if grep -q 'msg="ending job"\|level=error' "$log" || [ $n = 0 ]; then
+		echo "train.sh: server $j:" >&2
+		cat "$log" >&2
+		rc=1
+	fi
+	printf '{"role":"server","id":%d,"cc":"%s","received_bytes":%s}\n' $j \
+		"$(log_field "$log" serving cc)" "$(log_field "$log" 'job finished' pushed_bytes | grep . || echo 0)"
+	j=$((j + 1))
+done
 for a in $agents; do kill "$a" 2>/dev/null || true; done
-cat "$out"/w*.json "$out"/s*.json
+cat "$out"/w*.json
 rm -rf "$out"
 exit $rc

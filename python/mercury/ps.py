@@ -33,7 +33,7 @@ MAC_BYTES = 32              # ps::kMacBytes
 MAX_JOB_NAME = 64           # ps::kMaxJobName
 MAX_LANES = 8               # ps::kMaxLanes
 MAX_KEYS = 1 << 16          # ps::kMaxKeys
-PUSH, BYE, READY, PULL, ERROR = 1, 2, 16, 17, 18   # ps::Type
+PUSH, BYE, ACK_PUSHES, READY, PULL, ERROR, ACK = 1, 2, 3, 16, 17, 18, 19   # ps::Type
 
 CHALLENGE = struct.Struct("<IHHI32s")     # ps::Challenge
 HELLO = struct.Struct("<IHHIIIII")        # ps::Hello up to its mac

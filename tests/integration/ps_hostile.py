@@ -20,8 +20,8 @@ import time
 from typing import Callable, List, Optional, Sequence
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-from mercury.ps import (BYE, ERROR, HEADER, PULL, PUSH, Connection, PsError, PushPull,  # noqa: E402
-                        _recv_exact)
+from mercury.ps import (ACK, ACK_PUSHES, BYE, ERROR, HEADER, PULL, PUSH, Connection, PsError,  # noqa: E402
+                        PushPull, _recv_exact)
 
 SECRET = b"the job's secret"
 JOB = "hostile"
@@ -83,7 +83,7 @@ def read_message(c: Connection, timeout: float) -> Optional[tuple]:
     except (ConnectionError, OSError):
         return ("closed", 0, 0, b"")
     c.sock.settimeout(10)
-    body = _recv_exact(c.sock, count * 4 if kind == PULL else count)
+    body = _recv_exact(c.sock, count * 4 if kind == PULL else count if kind == ERROR else 0)
     return kind, key, offset, body
 
 
@@ -235,6 +235,40 @@ def check_sums(server: Server, tensor_server: Server) -> None:
             c.close()
 
 
+def check_acks(server: Server) -> None:
+    """A worker that asks for acks (ByteScheduler's credit, the replayer's
+    bytescheduler mode) gets one per push as the server takes it, before
+    any sum; one that does not ask gets none. The job's last log line says
+    what was pushed (experiment/train.sh reads it)."""
+    n = 2560
+    end = time.monotonic() + 5   # the last check's job ends as its workers' byes come in
+    while server.text().count("job started") > server.text().count("job finished") and time.monotonic() < end:
+        time.sleep(0.05)
+    asks, plain = connect(server, 0, 2, [n]), connect(server, 1, 2, [n])
+    chunk = asks.chunk_elems
+    asks.sock.sendall(HEADER.pack(ACK_PUSHES, 0, 0, 0))
+    for off in range(0, n, chunk):
+        push(asks, 0, off, [1.0] * min(chunk, n - off))
+    acks = [read_message(asks, 5) for _ in range(0, n, chunk)]
+    early = read_message(asks, 0.3)
+    for off in range(0, n, chunk):
+        push(plain, 0, off, [2.0] * min(chunk, n - off))
+    plain_got = [read_message(plain, 5) for _ in range(0, n, chunk)]
+    want = [(ACK, 0, off) for off in range(0, n, chunk)]
+    got = [m[:3] if m else None for m in acks]
+    report("acks", got == want and early is None and all(m and m[0] == PULL for m in plain_got),
+           f"acks {got}, then {'nothing' if early is None else early[0]} before the other worker pushed; "
+           f"the other got {[m[0] if m else None for m in plain_got]}")
+    for c in (asks, plain):
+        c.sock.sendall(HEADER.pack(BYE, 0, 0, 0))
+        c.close()
+    end = time.monotonic() + 5
+    while server.text().count("job started") > server.text().count("job finished") and time.monotonic() < end:
+        time.sleep(0.05)
+    line = [ln for ln in server.text().splitlines() if "job finished" in ln][-1:]
+    report("job-bytes-logged", bool(line) and f"pushed_bytes={2 * n * 4}" in line[0], "".join(line))
+
+
 def check_metrics() -> None:
     """The server counted what the checks did to it (Prometheus, --metrics)."""
     import urllib.request
@@ -275,7 +309,7 @@ def main() -> int:
             time.sleep(0.3)
             for check in (lambda: check_handshake(server), lambda: check_shape_and_pushes(server),
                           lambda: check_stall_and_vanish(server), lambda: check_non_reader(server),
-                          lambda: check_sums(server, tensor_server)):
+                          lambda: check_sums(server, tensor_server), lambda: check_acks(tensor_server)):
                 try:
                     check()
                 except Exception as e:  # noqa: BLE001 - a check that crashed fails, the others still run

@@ -88,8 +88,9 @@ using namespace mercury::ps;
 int main() {
     std::printf("MAGIC %u\nVERSION %u\nNONCE_BYTES %zu\nMAC_BYTES %zu\nMAX_JOB_NAME %zu\nMAX_LANES %u\n"
                 "MAX_KEYS %u\n", kMagic, kVersion, kNonceBytes, kMacBytes, kMaxJobName, kMaxLanes, kMaxKeys);
-    std::printf("PUSH %d\nBYE %d\nREADY %d\nPULL %d\nERROR %d\n", int(Type::kPush), int(Type::kBye),
-                int(Type::kReady), int(Type::kPull), int(Type::kError));
+    std::printf("PUSH %d\nBYE %d\nACK_PUSHES %d\nREADY %d\nPULL %d\nERROR %d\nACK %d\n", int(Type::kPush),
+                int(Type::kBye), int(Type::kAckPushes), int(Type::kReady), int(Type::kPull), int(Type::kError),
+                int(Type::kAck));
     std::printf("CHALLENGE %zu\nHELLO %zu\nHEADER %zu\n", sizeof(Challenge), offsetof(Hello, mac), sizeof(Header));
 }
 """
@@ -103,7 +104,7 @@ def test_ps_wire_matches_c(tmp_path) -> None:
     subprocess.run(["g++", "-std=c++20", f"-I{TOP}/agent/src", str(src), "-o", str(exe)], check=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     for name in ("MAGIC", "VERSION", "NONCE_BYTES", "MAC_BYTES", "MAX_JOB_NAME", "MAX_LANES", "MAX_KEYS",
-                 "PUSH", "BYE", "READY", "PULL", "ERROR"):
+                 "PUSH", "BYE", "ACK_PUSHES", "READY", "PULL", "ERROR", "ACK"):
         assert getattr(ps, name) == value(out, name), name
     assert ps.CHALLENGE.size == value(out, "CHALLENGE")
     assert ps.HELLO.size == value(out, "HELLO")

@@ -131,6 +131,22 @@ public:
             write_next();
     }
 
+    // The worker's scheduler (ByteScheduler's credit) learns its push is in:
+    // ahead of queued sums, behind the write in flight. At most one round of
+    // the job's chunks: a worker pushes a chunk again only after its sum.
+    void ack(const Header& push)
+    {
+        Out a{};
+        a.header = push;
+        a.header.type = Type::kAck;
+        auto at = out_.empty() ? out_.end() : out_.begin() + 1;
+        while (at != out_.end() && at->header.type == Type::kAck)
+            ++at;
+        out_.insert(at, std::move(a));
+        if (out_.size() == 1)
+            write_next();
+    }
+
     void close()
     {
         if (closed_)
@@ -262,6 +278,10 @@ private:
             server_.log_.debug("worker said bye", {{"peer", address_}, {"worker", std::to_string(worker())}});
             return close();
         }
+        if (in_.type == Type::kAckPushes) {
+            ack_pushes_ = true;
+            return read_header();
+        }
         if (in_.type != Type::kPush)
             return fail("unexpected message type " + std::to_string(static_cast<unsigned>(in_.type)));
         if (!member_)
@@ -283,6 +303,8 @@ private:
                              } catch (const ProtocolError& e) {
                                  return self->fail(e.what());
                              }
+                             if (self->ack_pushes_ && !self->closing_)
+                                 self->ack(self->in_);
                              self->read_header();
                          });
     }
@@ -324,6 +346,7 @@ private:
     std::vector<float> payload_;
     std::deque<Out> out_;
     uint64_t queued_bytes_ = 0;   // payload of the sums in out_
+    bool ack_pushes_ = false;
     bool admitted_ = false, member_ = false, member_or_was_ = false, said_bye_ = false, closing_ = false,
          closed_ = false;
 };
@@ -428,6 +451,7 @@ std::string Server::admit(const std::shared_ptr<Peer>& peer, const Hello& hello,
         job_.emplace(std::move(shape), options_.chunk_elems, options_.aggregation);
         reply_to_.assign(job_->shape().key_elems.size() * job_->shape().workers, {});
         observer_->job_started(job_->shape().bytes());
+        job_pushed_bytes_ = job_answered_bytes_ = 0;
         log_.info("job started", {{"job", options_.job},
                                   {"workers", std::to_string(job_->shape().workers)},
                                   {"keys", std::to_string(job_->shape().key_elems.size())},
@@ -457,6 +481,7 @@ void Server::pushed(const std::shared_ptr<Peer>& peer, uint32_t key, uint64_t of
     reply_to_[static_cast<size_t>(key) * workers + peer->worker()] = peer;
     const auto sum = job_->add(peer->worker(), key, offset, data, Aggregator::Clock::now());
     observer_->pushed(data.size_bytes());
+    job_pushed_bytes_ += data.size_bytes();
     if (!sum)
         return;
     std::vector<std::shared_ptr<Peer>> to;
@@ -469,6 +494,7 @@ void Server::pushed(const std::shared_ptr<Peer>& peer, uint32_t key, uint64_t of
         for (uint64_t from = 0; job_ && from < sum->values->size(); from += options_.chunk_elems)
             p->send_sum(*sum, from, std::min<uint64_t>(options_.chunk_elems, sum->values->size() - from));
     observer_->answered(sum->values->size() * sizeof(float) * to.size());
+    job_answered_bytes_ += sum->values->size() * sizeof(float) * to.size();
 }
 
 void Server::left(Peer& peer, bool said_bye)
@@ -482,7 +508,9 @@ void Server::left(Peer& peer, bool said_bye)
         return;
     }
     if (members_.empty() && job_) {
-        log_.info("job finished", {{"job", options_.job}});
+        log_.info("job finished", {{"job", options_.job},
+                                   {"pushed_bytes", std::to_string(job_pushed_bytes_)},
+                                   {"answered_bytes", std::to_string(job_answered_bytes_)}});
         job_.reset();
         reply_to_.clear();
         observer_->job_ended(false);
@@ -493,7 +521,10 @@ void Server::end_job(const std::string& why)
 {
     if (!job_)
         return;
-    log_.error("ending job", {{"job", options_.job}, {"reason", why}});
+    log_.error("ending job", {{"job", options_.job},
+                              {"reason", why},
+                              {"pushed_bytes", std::to_string(job_pushed_bytes_)},
+                              {"answered_bytes", std::to_string(job_answered_bytes_)}});
     auto members = std::move(members_);
     members_.clear();
     job_.reset();

@@ -95,6 +95,7 @@ private:
     std::optional<Aggregator> job_;
     std::map<std::pair<uint32_t, uint32_t>, std::weak_ptr<Peer>> members_;
     std::vector<std::weak_ptr<Peer>> reply_to_;
+    uint64_t job_pushed_bytes_ = 0, job_answered_bytes_ = 0;   // this job's payload, for its last log line
     ServerObserver no_observer_;
     ServerObserver* observer_ = &no_observer_;
 };

@@ -50,11 +50,13 @@ struct Hello {
 static_assert(sizeof(Hello) == 60);
 
 enum class Type : uint8_t {
-    kPush = 1,    // worker -> server: count float32s of key at offset
-    kBye = 2,     // worker -> server: done with the job; close follows
-    kReady = 16,  // server -> worker: handshake accepted
-    kPull = 17,   // server -> worker: the sum over every worker of key [offset, offset + count)
-    kError = 18,  // server -> worker: count bytes of text follow; the server closes
+    kPush = 1,        // worker -> server: count float32s of key at offset
+    kBye = 2,         // worker -> server: done with the job; close follows
+    kAckPushes = 3,   // worker -> server: acknowledge each of my pushes on this connection from now on
+    kReady = 16,      // server -> worker: handshake accepted
+    kPull = 17,       // server -> worker: the sum over every worker of key [offset, offset + count)
+    kError = 18,      // server -> worker: count bytes of text follow; the server closes
+    kAck = 19,        // server -> worker: its push of key [offset, offset + count) is taken (after kAckPushes)
 };
 
 struct Header {

@@ -269,6 +269,37 @@ def check_acks(server: Server) -> None:
     report("job-bytes-logged", bool(line) and f"pushed_bytes={2 * n * 4}" in line[0], "".join(line))
 
 
+def check_acks_between_sums(server: Server) -> None:
+    """Acks slip in ahead of queued sums while a sum is being written (the
+    worker reads nothing until it has pushed 1 MiB): the stream stays whole
+    and every sum is exact. (When an Ack's insertion moved the message in
+    flight, the replayer's workers read garbage now and then on slow links;
+    loopback did not show it.)"""
+    chunks = 256
+    asks, plain = connect(server, 0, 2, [chunks * 1024]), connect(server, 1, 2, [chunks * 1024])
+    chunk = asks.chunk_elems
+    n = chunks * chunk
+    asks.sock.sendall(HEADER.pack(ACK_PUSHES, 0, 0, 0))
+    for off in range(0, n, chunk):   # the other's first: each of these pushes completes a sum
+        push(plain, 0, off, [2.0] * chunk)
+    for off in range(0, n, chunk):
+        push(asks, 0, off, [1.0] * chunk)
+    kinds, sums_ok = {}, True
+    for _ in range(2 * chunks):
+        m = read_message(asks, 5)
+        kind = m[0] if m else None
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if kind == PULL:
+            sums_ok &= set(struct.unpack(f"<{len(m[3]) // 4}f", m[3])) == {3.0}
+        elif kind != ACK:
+            break
+    report("acks-between-sums", kinds == {ACK: chunks, PULL: chunks} and sums_ok,
+           f"read {kinds} (want {chunks} of each), sums {'exact' if sums_ok else 'WRONG'}")
+    for c in (asks, plain):
+        c.sock.sendall(HEADER.pack(BYE, 0, 0, 0))
+        c.close()
+
+
 def check_metrics() -> None:
     """The server counted what the checks did to it (Prometheus, --metrics)."""
     import urllib.request
@@ -309,7 +340,8 @@ def main() -> int:
             time.sleep(0.3)
             for check in (lambda: check_handshake(server), lambda: check_shape_and_pushes(server),
                           lambda: check_stall_and_vanish(server), lambda: check_non_reader(server),
-                          lambda: check_sums(server, tensor_server), lambda: check_acks(tensor_server)):
+                          lambda: check_sums(server, tensor_server), lambda: check_acks(tensor_server),
+                          lambda: check_acks_between_sums(server)):
                 try:
                     check()
                 except Exception as e:  # noqa: BLE001 - a check that crashed fails, the others still run

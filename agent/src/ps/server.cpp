@@ -12,7 +12,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <deque>
+#include <iterator>
+#include <list>
 #include <stdexcept>
 
 #include <mercury/client.hpp>
@@ -95,7 +96,7 @@ public:
         closing_ = true;
         // Whatever was queued behind the write in flight is moot now.
         if (out_.size() > 1)
-            out_.erase(out_.begin() + 1, out_.end());
+            out_.erase(std::next(out_.begin()), out_.end());
         Out e{};
         e.header.type = Type::kError;
         e.text = why.substr(0, 4096);
@@ -139,7 +140,7 @@ public:
         Out a{};
         a.header = push;
         a.header.type = Type::kAck;
-        auto at = out_.empty() ? out_.end() : out_.begin() + 1;
+        auto at = out_.empty() ? out_.end() : std::next(out_.begin());
         while (at != out_.end() && at->header.type == Type::kAck)
             ++at;
         out_.insert(at, std::move(a));
@@ -344,7 +345,10 @@ private:
     std::vector<uint64_t> keys_;
     Header in_{};
     std::vector<float> payload_;
-    std::deque<Out> out_;
+    // A list: an Ack goes in behind the message being written, which must
+    // not move (a deque's insert in the middle moves every element, and the
+    // write in flight sent whatever then lay at the old address).
+    std::list<Out> out_;
     uint64_t queued_bytes_ = 0;   // payload of the sums in out_
     bool ack_pushes_ = false;
     bool admitted_ = false, member_ = false, member_or_was_ = false, said_bye_ = false, closing_ = false,

@@ -98,13 +98,17 @@ bench-torch: deps user
 
 # The same through mercury-ps (backend="ps"): servers on hosts of their own,
 # then colocated with the workers; beside tuned DDP and the best all-reduce
-# mode. build/bench-ps-{separate,colocated}/bench-torch.{md,json,png}.
+# mode; then real compute (ResNet-18), 2 workers and 2 server hosts, with CPU
+# utilisation (the servers' CPU seconds in bench-torch-stats.txt).
+# build/bench-ps-{separate,colocated,real}/bench-torch.{md,json,png}.
 PS_MODES_RUN ?= ddp@5,ddp@25,ddp@100,full,ps-vanilla,ps-cubic,ps-full
 bench-ps: deps user
 	PS_TOPOLOGY=separate MODES=$(PS_MODES_RUN) MODELS="$${MODELS:-vgg16}" RATES="$${RATES:-25 35 50}" \
 		SKIP_REAL=1 experiment/bench/bench-torch.sh $(BUILD)/bench-ps-separate
 	PS_TOPOLOGY=colocated MODES=$(PS_MODES_RUN) MODELS="$${MODELS:-vgg16}" RATES="$${RATES:-25 50}" \
 		SKIP_REAL=1 experiment/bench/bench-torch.sh $(BUILD)/bench-ps-colocated
+	PS_TOPOLOGY=separate MODES=ddp@25,full,ps-vanilla,ps-cubic,ps-full MODELS=" " \
+		experiment/bench/bench-torch.sh $(BUILD)/bench-ps-real
 
 # What a mercury-ps server costs: memory per declared gradient byte, CPU per
 # byte summed (4 workers, a 256 MB model, loopback); one JSON line.

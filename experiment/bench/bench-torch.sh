@@ -141,6 +141,22 @@ linkcheck() {
 		END { printf "link check: min uplink utilisation %.3f at %d Mbit/s (%s)\n", m, r, (m >= 0.9) ? "ok" : "LOW: CPU-bound, results suspect" }'
 }
 
+# server_cpu PID...: the mercury-ps processes' CPU seconds so far (user +
+# system), by mode: they were started port 7100, 7101, 7102 per host.
+server_cpu() {
+	local i=0 pid t mode
+	declare -A cpu=()
+	local hz
+	hz=$(getconf CLK_TCK)
+	for pid in "$@"; do
+		mode=$(echo "ps-vanilla ps-cubic ps-full" | cut -d' ' -f$((i % 3 + 1)))
+		t=$(awk -v hz="$hz" '{ print ($14 + $15) / hz }' "/proc/$pid/stat" 2>/dev/null || echo 0)
+		cpu[$mode]=$(awk -v a="${cpu[$mode]:-0}" -v b="$t" 'BEGIN { print a + b }')
+		i=$((i + 1))
+	done
+	echo "mercury-ps CPU seconds over the point: ps-vanilla ${cpu[ps-vanilla]} ps-cubic ${cpu[ps-cubic]} ps-full ${cpu[ps-full]}"
+}
+
 # run_point LABEL WORKERS RATE_MBIT DELAY_THRESH_US ARGS...: one cluster,
 # every mode, repeats.
 run_point() {
@@ -202,8 +218,13 @@ run_point() {
 	local rc=0
 	for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
 	[ -z "$sampler" ] || { kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true; }
-	# Worker 0's datapath counters over the point (holds, yields, losses...).
-	{ echo "== $label $name $rate Mbit/s"; ip netns exec mc-w0 mercuryctl stats 2>&1; } >>"$out/bench-torch-stats.txt"
+	# Worker 0's datapath counters over the point (holds, yields, losses...),
+	# and what the servers cost: CPU seconds per ps mode, all hosts' servers.
+	{
+		echo "== $label $name $rate Mbit/s"
+		ip netns exec mc-w0 mercuryctl stats 2>&1
+		[ ${#servers[@]} = 0 ] || server_cpu "${servers[@]}"
+	} >>"$out/bench-torch-stats.txt"
 	for pid in "${agents[@]}" "${servers[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
 	agents=() servers=()
 	[ $rc = 0 ] || { echo "bench-torch: $label at $rate Mbit/s failed (see $log)" >&2; exit 1; }

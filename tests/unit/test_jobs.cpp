@@ -51,7 +51,8 @@ constexpr uint32_t kAlice = 1000, kBob = 1001;
 
 }  // namespace
 
-TEST_CASE("jobs: a lane connection gets its lane's rank; one job alone has no job id", "[jobs]")
+TEST_CASE("jobs: a lane connection gets its lane's rank and its first layer's weight; one job alone has no job id",
+          "[jobs]")
 {
     Table table;
     mercury::JobRegistry jobs(table);
@@ -60,7 +61,8 @@ TEST_CASE("jobs: a lane connection gets its lane's rank; one job alone has no jo
     const EntryValue* e = table.at(cookie(7));
     REQUIRE(e);
     CHECK(e->rank == mercury::proto::lane_rank(3, 8));
-    CHECK(e->weight == MERCURY_WEIGHT_UNIT);
+    CHECK(e->weight == mercury::kLaneWeight);   // its rank's most urgent layer's
+    CHECK(mercury::kLaneWeight == 2 * MERCURY_WEIGHT_UNIT);
     CHECK(e->job == MERCURY_JOB_NONE);   // auto isolation: one job here
     CHECK(table.flushes > 0);
 }
@@ -122,7 +124,7 @@ TEST_CASE("jobs: a job's weight multiplies its entries' weights, clamped to the 
     REQUIRE(jobs.open(1, hello("resnet"), kAlice) == 0);
     REQUIRE(jobs.register_lane(1, 0, 8, cookie(1)) == 0);
     jobs.set_job_weight("resnet", 4);
-    CHECK(table.at(cookie(1))->weight == 4 * MERCURY_WEIGHT_UNIT);
+    CHECK(table.at(cookie(1))->weight == 4 * mercury::kLaneWeight);
     jobs.set_job_weight("resnet", 60000);
     CHECK(table.at(cookie(1))->weight == MERCURY_WEIGHT_MAX);
     // Entries registered later get it too.

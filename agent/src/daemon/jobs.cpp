@@ -124,7 +124,7 @@ void JobRegistry::push_all_entries(const Job& job)
         if (layer < job.priorities.size())
             kernel_.set(key, entry(job, job.priorities[layer].rank, job.priorities[layer].weight));
     for (const auto& [key, rank] : job.lane_flows)
-        kernel_.set(key, entry(job, rank, EntryValue{}.weight));
+        kernel_.set(key, entry(job, rank, kLaneWeight));
 }
 
 bool JobRegistry::full(const Job& job) const
@@ -164,7 +164,7 @@ int JobRegistry::register_lane(uint32_t session, uint8_t lane, uint8_t lanes, co
     const uint8_t rank = proto::lane_rank(lane, lanes);
     job->lane_flows[key] = rank;
     owners_[key] = Owner{session, true, 0};
-    kernel_.set(key, entry(*job, rank, EntryValue{}.weight));
+    kernel_.set(key, entry(*job, rank, kLaneWeight));
     kernel_.flush();
     return 0;
 }

@@ -7,9 +7,6 @@ namespace mercury {
 
 namespace {
 
-constexpr uint16_t kWeightFirst = 2 * MERCURY_WEIGHT_UNIT;
-constexpr uint16_t kWeightLast = MERCURY_WEIGHT_UNIT / 2;
-
 void assign_weights(std::vector<LayerPriority>& out)
 {
     // Per rank: the deadline span it covers, then interpolate the weight.

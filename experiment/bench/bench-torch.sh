@@ -144,15 +144,14 @@ linkcheck() {
 # server_cpu PID...: the mercury-ps processes' CPU seconds so far (user +
 # system), by mode: they were started port 7100, 7101, 7102 per host.
 server_cpu() {
-	local i=0 pid t mode
-	declare -A cpu=()
-	local hz
+	local modes=(ps-vanilla ps-cubic ps-full) hz i=0 pid mode
+	local -A cpu=([ps-vanilla]=0 [ps-cubic]=0 [ps-full]=0)
 	hz=$(getconf CLK_TCK)
 	for pid in "$@"; do
-		mode=$(echo "ps-vanilla ps-cubic ps-full" | cut -d' ' -f$((i % 3 + 1)))
-		t=$(awk -v hz="$hz" '{ print ($14 + $15) / hz }' "/proc/$pid/stat" 2>/dev/null || echo 0)
-		cpu[$mode]=$(awk -v a="${cpu[$mode]:-0}" -v b="$t" 'BEGIN { print a + b }')
+		mode=${modes[i % 3]}
 		i=$((i + 1))
+		[ -r "/proc/$pid/stat" ] || continue   # a server that exited early
+		cpu[$mode]=$(awk -v hz="$hz" -v sum="${cpu[$mode]}" '{ print sum + ($14 + $15) / hz }' "/proc/$pid/stat")
 	done
 	echo "mercury-ps CPU seconds over the point: ps-vanilla ${cpu[ps-vanilla]} ps-cubic ${cpu[ps-cubic]} ps-full ${cpu[ps-full]}"
 }

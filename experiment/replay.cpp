@@ -54,7 +54,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -278,23 +277,10 @@ private:
     std::set<uint32_t> unacked_;   // a key is pushed again only after its sum came back
 };
 
-// The job's secret, as mercury-ps takes it: a file (one trailing newline
-// dropped) or $MERCURY_PS_SECRET.
+// The job's secret, as mercury-ps takes it.
 std::string read_secret(const std::string& file)
 {
-    std::string secret;
-    if (!file.empty()) {
-        std::ifstream in(file, std::ios::binary);
-        if (!in)
-            throw std::runtime_error("cannot read --secret-file " + file);
-        std::ostringstream text;
-        text << in.rdbuf();
-        secret = text.str();
-        if (!secret.empty() && secret.back() == '\n')
-            secret.pop_back();
-    } else if (const char* env = std::getenv("MERCURY_PS_SECRET")) {
-        secret = env;
-    }
+    std::string secret = ps::load_secret(file);
     if (secret.empty())
         throw std::runtime_error("no secret for the servers: --secret-file FILE or $MERCURY_PS_SECRET");
     return secret;

@@ -11,9 +11,7 @@
 
 #include <csignal>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "daemon/log.hpp"
 #include "ps/metrics.hpp"
@@ -66,22 +64,10 @@ boost::asio::ip::tcp::endpoint parse_endpoint(const std::string& text)
 
 std::string read_secret(const std::string& file, const mercury::Logger& log)
 {
-    std::string secret;
-    if (!file.empty()) {
-        std::ifstream in(file, std::ios::binary);
-        if (!in)
-            throw std::runtime_error("cannot read --secret-file " + file);
-        std::ostringstream text;
-        text << in.rdbuf();
-        secret = text.str();
-        if (!secret.empty() && secret.back() == '\n')
-            secret.pop_back();
-        struct stat st{};
-        if (::stat(file.c_str(), &st) == 0 && (st.st_mode & S_IROTH))
-            log.warn("the secret file is world-readable", {{"file", file}});
-    } else if (const char* env = std::getenv("MERCURY_PS_SECRET")) {
-        secret = env;
-    }
+    const std::string secret = mercury::ps::load_secret(file);
+    struct stat st{};
+    if (!file.empty() && ::stat(file.c_str(), &st) == 0 && (st.st_mode & S_IROTH))
+        log.warn("the secret file is world-readable", {{"file", file}});
     if (secret.empty())
         throw std::runtime_error("no secret: give --secret-file FILE or set MERCURY_PS_SECRET "
                                  "(a server without one would sum anyone's bytes into the job)");

@@ -5,7 +5,10 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -29,6 +32,23 @@ std::array<uint8_t, kMacBytes> hello_mac(std::string_view secret, std::span<cons
 bool same_mac(std::span<const uint8_t, kMacBytes> a, std::span<const uint8_t, kMacBytes> b)
 {
     return CRYPTO_memcmp(a.data(), b.data(), kMacBytes) == 0;
+}
+
+std::string load_secret(const std::string& file)
+{
+    if (file.empty()) {
+        const char* env = std::getenv("MERCURY_PS_SECRET");
+        return env ? env : "";
+    }
+    std::ifstream in(file, std::ios::binary);
+    if (!in)
+        throw std::runtime_error("cannot read --secret-file " + file);
+    std::ostringstream text;
+    text << in.rdbuf();
+    std::string secret = text.str();
+    if (!secret.empty() && secret.back() == '\n')
+        secret.pop_back();
+    return secret;
 }
 
 }  // namespace mercury::ps

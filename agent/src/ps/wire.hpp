@@ -72,6 +72,11 @@ static_assert(sizeof(Header) == 16);
 std::array<uint8_t, kMacBytes> hello_mac(std::string_view secret, std::span<const uint8_t, kNonceBytes> nonce,
                                          const Hello& hello, std::string_view job);
 
+// The job's secret as both ends take it: @file's bytes (one trailing newline
+// dropped) if @file is given, else $MERCURY_PS_SECRET, else "". Throws
+// std::runtime_error if @file cannot be read.
+std::string load_secret(const std::string& file);
+
 // Constant-time comparison (the MAC check must not leak how much matched).
 bool same_mac(std::span<const uint8_t, kMacBytes> a, std::span<const uint8_t, kMacBytes> b);
 

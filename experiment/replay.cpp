@@ -105,7 +105,7 @@ Mode parse_mode(const std::string& m)
 }
 
 struct Options {
-    std::string role, profile, mode_name = "fifo", listen, servers_csv;
+    std::string role, profile, mode_name = "fifo", servers_csv;
     std::string cc;                          // empty: by mode (Plan::cc)
     std::string placement = "mxnet";         // or "balanced"
     std::string sim_ranks = "layer";         // sim: per-layer priority, or "agent": mercuryd's ranks
@@ -248,20 +248,19 @@ public:
     template <typename Send>
     void pump(Send&& send)
     {
-        while (outstanding_ < credit_ && !queue_.empty()) {
+        while (unacked_.size() < credit_ && !queue_.empty()) {
             const Partition p = *queue_.begin();
             queue_.erase(queue_.begin());
             send(p.key, p.iteration);
             unacked_.insert(p.key);
-            ++outstanding_;
         }
     }
 
     // The server took the push of @key's chunk ending at element @end.
     void acked(uint32_t key, uint64_t end)
     {
-        if (end == plan_.keys[key].elems && unacked_.erase(key))
-            --outstanding_;
+        if (end == plan_.keys[key].elems)
+            unacked_.erase(key);
     }
 
     bool idle() const { return queue_.empty(); }
@@ -272,9 +271,9 @@ private:
         auto operator<=>(const Partition&) const = default;
     };
     const Plan& plan_;
-    uint32_t credit_, outstanding_ = 0;
+    uint32_t credit_;
     std::set<Partition> queue_;
-    std::set<uint32_t> unacked_;   // a key is pushed again only after its sum came back
+    std::set<uint32_t> unacked_;   // the credit in use; a key is pushed again only after its sum came back
 };
 
 // The job's secret, as mercury-ps takes it.
@@ -379,7 +378,7 @@ public:
                 if (in_.type == ps::Type::kPull)
                     payload_ = in_.count * sizeof(float);
                 else if (in_.type == ps::Type::kError)
-                    payload_ = std::min<size_t>(in_.count, 4096);
+                    payload_ = std::min<size_t>(in_.count, ps::kMaxErrorText);
                 else if (in_.type == ps::Type::kAck)
                     payload_ = 0;
                 else
@@ -593,7 +592,7 @@ int connect_ps(const Options& o, const Plan& plan, const std::string& secret, co
     ps::Header reply{};
     read_exact(fd, &reply, sizeof(reply), "the handshake");
     if (reply.type == ps::Type::kError) {
-        std::string text(std::min<uint32_t>(reply.count, 4096), '\0');
+        std::string text(std::min<size_t>(reply.count, ps::kMaxErrorText), '\0');
         read_exact(fd, text.data(), text.size(), "the handshake");
         throw std::runtime_error(ep.to_string() + " refused: " + text);
     }
@@ -670,14 +669,13 @@ int run_worker(const Options& o)
         }
     };
     PartitionScheduler scheduler(plan, o.credit);
-    auto send_partition = [&](uint32_t key, uint32_t it) { push_key(key, it); };
     auto push = [&](size_t l) {
         const uint32_t t = tensor_of_layer[l];
         if (t == UINT32_MAX)
             return;
         if (plan.mode.partitioned) {
             scheduler.add(iteration, t);
-            scheduler.pump(send_partition);
+            scheduler.pump(push_key);
             return;
         }
         for (uint32_t s : plan.placement.tensors[t].shards)
@@ -705,7 +703,7 @@ int run_worker(const Options& o)
                 if (!conn->read([&](const ps::Header& h) { on_message(*conn, h); }))
                     throw std::runtime_error("server " + std::to_string(conn->server()) + " closed a connection");
         }
-        scheduler.pump(send_partition);
+        scheduler.pump(push_key);
     };
 
     double last_progress = now_s();
@@ -960,6 +958,9 @@ Options parse(int argc, char** argv)
     if (argc < 2)
         throw std::runtime_error("usage: mercury-replay worker|ps-args|sim|bound|layers OPTIONS (see the header of replay.cpp)");
     o.role = argv[1];
+    if (o.role == "server")
+        throw std::runtime_error("the replayer's servers are mercury-ps: see experiment/train.sh (mercury-replay "
+                                 "ps-args prints the options a mode needs)");
     for (int i = 2; i < argc; i += 2) {
         if (i + 1 >= argc)
             throw std::runtime_error(std::string("missing value for ") + argv[i]);
@@ -967,7 +968,6 @@ Options parse(int argc, char** argv)
         if (a == "--id") o.id = static_cast<uint32_t>(std::stoul(v));
         else if (a == "--profile") o.profile = v;
         else if (a == "--mode") o.mode_name = v;
-        else if (a == "--listen") o.listen = v;
         else if (a == "--servers") o.servers_csv = v;
         else if (a == "--workers") o.workers = static_cast<uint32_t>(std::stoul(v));
         else if (a == "--servers-count") o.servers = static_cast<uint32_t>(std::stoul(v));
@@ -1010,9 +1010,6 @@ int main(int argc, char** argv)
             return run_worker(o);
         if (o.role == "ps-args")
             return run_ps_args(o);
-        if (o.role == "server")
-            throw std::runtime_error("the replayer's servers are mercury-ps: see experiment/train.sh (mercury-replay "
-                                     "ps-args prints the options a mode needs)");
         if (o.role == "sim")
             return run_sim(o);
         if (o.role == "bound")

@@ -99,7 +99,7 @@ public:
             out_.erase(std::next(out_.begin()), out_.end());
         Out e{};
         e.header.type = Type::kError;
-        e.text = why.substr(0, 4096);
+        e.text = why.substr(0, kMaxErrorText);
         e.header.count = static_cast<uint32_t>(e.text.size());
         out_.push_back(std::move(e));
         if (out_.size() == 1)

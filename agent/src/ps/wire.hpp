@@ -23,6 +23,7 @@ constexpr size_t kMacBytes = 32;          // HMAC-SHA256
 constexpr size_t kMaxJobName = 64;
 constexpr uint32_t kMaxLanes = 8;
 constexpr uint32_t kMaxKeys = 1u << 16;
+constexpr size_t kMaxErrorText = 4096;    // bytes of an Error's text, at most
 
 // Server -> worker, as soon as it connects.
 struct Challenge {

@@ -98,7 +98,7 @@ log=$out/bench-torch.log
 : >"$log"
 : >"$out/bench-torch-links.txt"
 : >"$out/bench-torch-stats.txt"
-agents=() servers=()
+agents=() servers=() server_modes=()
 ps_secret=$(mktemp)
 head -c 32 /dev/urandom | base64 >"$ps_secret"
 cleanup() {
@@ -141,17 +141,16 @@ linkcheck() {
 		END { printf "link check: min uplink utilisation %.3f at %d Mbit/s (%s)\n", m, r, (m >= 0.9) ? "ok" : "LOW: CPU-bound, results suspect" }'
 }
 
-# server_cpu PID...: the mercury-ps processes' CPU seconds so far (user +
-# system), by mode: they were started port 7100, 7101, 7102 per host.
+# server_cpu: the mercury-ps processes' CPU seconds so far (user + system),
+# by the ps mode each serves (servers[] and server_modes[], run_point's).
 server_cpu() {
-	local modes=(ps-vanilla ps-cubic ps-full) hz i=0 pid mode
+	local hz i mode
 	local -A cpu=([ps-vanilla]=0 [ps-cubic]=0 [ps-full]=0)
 	hz=$(getconf CLK_TCK)
-	for pid in "$@"; do
-		mode=${modes[i % 3]}
-		i=$((i + 1))
-		[ -r "/proc/$pid/stat" ] || continue   # a server that exited early
-		cpu[$mode]=$(awk -v hz="$hz" -v sum="${cpu[$mode]}" '{ print sum + ($14 + $15) / hz }' "/proc/$pid/stat")
+	for i in "${!servers[@]}"; do
+		mode=${server_modes[i]}
+		[ -r "/proc/${servers[i]}/stat" ] || continue   # a server that exited early
+		cpu[$mode]=$(awk -v hz="$hz" -v sum="${cpu[$mode]}" '{ print sum + ($14 + $15) / hz }' "/proc/${servers[i]}/stat")
 	done
 	echo "mercury-ps CPU seconds over the point: ps-vanilla ${cpu[ps-vanilla]} ps-cubic ${cpu[ps-cubic]} ps-full ${cpu[ps-full]}"
 }
@@ -176,19 +175,20 @@ run_point() {
 		ip netns exec "mc-$h" mercuryctl params "delay_thresh_us=$thresh" "cwnd_floor=$CWND_FLOOR" >/dev/null
 	done
 	# The ps modes' servers: port 7100 ps-vanilla, 7101 ps-cubic, 7102 ps-full.
-	servers=()
+	servers=() server_modes=()
 	if [ -n "$PS_TOPOLOGY" ]; then
 		for i in $(seq 0 $((workers - 1))); do
 			if [ "$PS_TOPOLOGY" = separate ]; then h=s$i addr=10.3.0.$((100 + i)); else h=w$i addr=10.3.0.$((10 + i)); fi
 			ps_hosts=${ps_hosts:+$ps_hosts,}$addr
 			for port in 7100 7101 7102; do
-				local agg=chunk cc=$BASELINE_CC
-				[ $port = 7100 ] && agg=tensor
-				[ $port = 7102 ] && cc=mercury
+				local agg=chunk cc=$BASELINE_CC mode=ps-cubic
+				[ $port = 7100 ] && agg=tensor mode=ps-vanilla
+				[ $port = 7102 ] && cc=mercury mode=ps-full
 				ip netns exec "mc-$h" env MERCURY_SOCKET="/run/mercury-bench-$h.sock" mercury-ps \
 					--listen "$addr:$port" --job bench --secret-file "$ps_secret" --cc "$cc" \
 					--aggregation $agg --log-level warn 2>>"$log" &
 				servers+=($!)
+				server_modes+=("$mode")
 			done
 		done
 	fi
@@ -222,10 +222,10 @@ run_point() {
 	{
 		echo "== $label $name $rate Mbit/s"
 		ip netns exec mc-w0 mercuryctl stats 2>&1
-		[ ${#servers[@]} = 0 ] || server_cpu "${servers[@]}"
+		[ ${#servers[@]} = 0 ] || server_cpu
 	} >>"$out/bench-torch-stats.txt"
 	for pid in "${agents[@]}" "${servers[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-	agents=() servers=()
+	agents=() servers=() server_modes=()
 	[ $rc = 0 ] || { echo "bench-torch: $label at $rate Mbit/s failed (see $log)" >&2; exit 1; }
 }
 

@@ -55,23 +55,12 @@ jobs_pair() {
 # each side of each such run (a quiet spell rarely starts or ends on a
 # sample).
 quiet_samples() {
-	awk -v span="$2" '/^sample/ {
-		for (i = 1; i <= NF; i++) {
-			split($i, kv, "=")
-			f[kv[1]] = kv[2]
-		}
-		n++
-		if (n == 1) t0 = f["t_ms"]
-		if (f["t_ms"] - t0 > span) exit
-		if (n > 1 && (f["acked"] == prev || f["ca_state"] == 4)) {
-			quiet += run ? 1 : 3
-			run = 1
-		} else {
-			run = 0
-		}
-		prev = f["acked"]
-	}
-	END { print quiet + 0 }' "$1"
+	samples "$1" acked ca_state | awk -v span="$2" '
+	NR == 1 { t0 = $1 }
+	$1 - t0 > span { exit }
+	NR > 1 && ($2 == prev || $3 == 4) { quiet += run ? 1 : 3; run = 1; prev = $2; next }
+	{ run = 0; prev = $2 }
+	END { print quiet + 0 }'
 }
 
 # The router's queue cut to 5 ms, as in fair/untagged: enough congestion

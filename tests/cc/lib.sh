@@ -72,16 +72,20 @@ connected_field() {
 	sed -n "s/^connected .*[ ]$2=\([^ ]*\).*/\1/p" "$1" | head -1
 }
 
-# samples FILE [FIELD]: mercury-flow's "sample" lines as "t_ms value" pairs,
-# FIELD (default acked) the value; the helpers below read only these.
+# samples FILE [FIELD...]: mercury-flow's "sample" lines as "t_ms value..."
+# lines, one value per FIELD (default acked); the helpers below read only these.
 samples() {
-	awk -v field="${2:-acked}" '/^sample/ {
+	local file=$1
+	shift
+	awk -v fields="${*:-acked}" 'BEGIN { n = split(fields, want, " ") } /^sample/ {
 		for (i = 1; i <= NF; i++) {
-			if ($i ~ /^t_ms=/) { t = $i; sub("t_ms=", "", t) }
-			if (index($i, field "=") == 1) { a = $i; sub(field "=", "", a) }
+			eq = index($i, "=")
+			if (eq) v[substr($i, 1, eq - 1)] = substr($i, eq + 1)
 		}
-		print t, a
-	}' "$1"
+		line = v["t_ms"]
+		for (j = 1; j <= n; j++) line = line " " v[want[j]]
+		print line
+	}' "$file"
 }
 
 # first_t/last_t FILE: time (ms) of the first/last sample.

@@ -99,6 +99,21 @@ def error_of(c: Connection, timeout: float = 5.0) -> str:
     return ""
 
 
+def leave(*conns: Connection) -> None:
+    """Bye on each connection, then close it: the job ends cleanly."""
+    for c in conns:
+        c.sock.sendall(HEADER.pack(BYE, 0, 0, 0))
+        c.close()
+
+
+def wait_jobs_over(server: Server, timeout: float = 5.0) -> None:
+    """Until every job the server started has finished (its workers' byes
+    arrive after they close)."""
+    end = time.monotonic() + timeout
+    while server.text().count("job started") > server.text().count("job finished") and time.monotonic() < end:
+        time.sleep(0.05)
+
+
 def check_handshake(server: Server) -> None:
     why = refused(lambda: connect(server, 0, 1, [8], secret=b"a guess"))
     report("wrong-secret", "authentication failed" in why and "authentication failed" in server.text(),
@@ -230,9 +245,7 @@ def check_sums(server: Server, tensor_server: Server) -> None:
         report(f"sums-{mode}", values == want and early_ok,
                f"{len(values)} elements {'exact' if values == want else 'WRONG'}; before the last push: "
                f"{'chunk at ' + str(early[2]) if early and early[0] == PULL else 'nothing'}")
-        for c in cs:
-            c.sock.sendall(HEADER.pack(BYE, 0, 0, 0))
-            c.close()
+        leave(*cs)
 
 
 def check_acks(server: Server) -> None:
@@ -241,9 +254,7 @@ def check_acks(server: Server) -> None:
     any sum; one that does not ask gets none. The job's last log line says
     what was pushed (experiment/train.sh reads it)."""
     n = 2560
-    end = time.monotonic() + 5   # the last check's job ends as its workers' byes come in
-    while server.text().count("job started") > server.text().count("job finished") and time.monotonic() < end:
-        time.sleep(0.05)
+    wait_jobs_over(server)   # the last check's job
     asks, plain = connect(server, 0, 2, [n]), connect(server, 1, 2, [n])
     chunk = asks.chunk_elems
     asks.sock.sendall(HEADER.pack(ACK_PUSHES, 0, 0, 0))
@@ -259,12 +270,8 @@ def check_acks(server: Server) -> None:
     report("acks", got == want and early is None and all(m and m[0] == PULL for m in plain_got),
            f"acks {got}, then {'nothing' if early is None else early[0]} before the other worker pushed; "
            f"the other got {[m[0] if m else None for m in plain_got]}")
-    for c in (asks, plain):
-        c.sock.sendall(HEADER.pack(BYE, 0, 0, 0))
-        c.close()
-    end = time.monotonic() + 5
-    while server.text().count("job started") > server.text().count("job finished") and time.monotonic() < end:
-        time.sleep(0.05)
+    leave(asks, plain)
+    wait_jobs_over(server)
     line = [ln for ln in server.text().splitlines() if "job finished" in ln][-1:]
     report("job-bytes-logged", bool(line) and f"pushed_bytes={2 * n * 4}" in line[0], "".join(line))
 
@@ -295,9 +302,7 @@ def check_acks_between_sums(server: Server) -> None:
             break
     report("acks-between-sums", kinds == {ACK: chunks, PULL: chunks} and sums_ok,
            f"read {kinds} (want {chunks} of each), sums {'exact' if sums_ok else 'WRONG'}")
-    for c in (asks, plain):
-        c.sock.sendall(HEADER.pack(BYE, 0, 0, 0))
-        c.close()
+    leave(asks, plain)
 
 
 def check_metrics() -> None:

@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod kmod-guest user deb test unit bpftest torchtest vmtest fuzz bench bench-jobs bench-gap bench-torch bench-ps bench-ps-cost bench-cc bench-agent demo install clean guest
+.PHONY: all deps kmod kmod-guest user deb test unit bpftest torchtest vmtest systemdtest fuzz bench bench-jobs bench-gap bench-torch bench-ps bench-ps-cost bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -57,6 +57,12 @@ torchtest: deps user
 # The module on a real kernel under qemu.
 vmtest: $(INITRD)
 	scripts/vm/run.sh tests $(INITRD)
+
+# The .debs in a Debian 12 guest that boots systemd: apt install, the units
+# under systemctl (socket activation, reload, restart, watchdog, the BPF
+# datapath's pins), purge. The base image is cached under $(BUILD)/rootfs.
+systemdtest: deb guest
+	scripts/vm/systemd-guest.sh $(BUILD)/deb
 
 # The agent protocol decoder under libFuzzer for a bounded time.
 fuzz:

@@ -5,7 +5,8 @@
 # build tools, user-space libraries, clang-14 for the BPF datapath and the fuzzer
 # (the version Debian 12 ships and that builds both), qemu, and the Debian 6.1
 # cloud kernel headers the module is built against, and Debian's PyTorch for
-# mercury.torch. The matching kernel *image* for the test VM is fetched by
+# mercury.torch; debootstrap and e2fsprogs for the systemd guest
+# (scripts/vm/build-rootfs.sh). The matching kernel *image* for the test VM is fetched by
 # scripts/fetch-guest-kernel.sh, and the 6.12 headers the module is also
 # compiled against by scripts/fetch-headers-6.12.sh (neither is installed:
 # that would pull in initramfs-tools and upgrade systemd).
@@ -21,7 +22,7 @@ PKGS=(
 	prometheus-cpp-dev nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libsystemd-dev systemd
 	libbpf-dev libelf-dev zlib1g-dev bpftool dwarves
 	clang-14 libclang-rt-14-dev llvm-14 gnuplot-nox
-	qemu-system-x86 busybox-static cpio kmod iproute2
+	qemu-system-x86 busybox-static cpio kmod iproute2 debootstrap e2fsprogs
 	linux-headers-cloud-amd64
 	python3-torch python3-torchvision
 	python3-pytest python3-pip python3-setuptools python3-wheel
@@ -38,6 +39,7 @@ COMMANDS=(
 	cpack:cmake file:file dpkg-shlibdeps:dpkg-dev
 	clang-14:clang-14 clang++-14:clang-14 bpftool:bpftool pahole:dwarves
 	qemu-system-x86_64:qemu-system-x86 busybox:busybox-static cpio:cpio
+	debootstrap:debootstrap mkfs.ext4:e2fsprogs
 	depmod:kmod modinfo:kmod ip:iproute2 tc:iproute2 ss:iproute2 bridge:iproute2
 	gnuplot:gnuplot-nox systemd-analyze:systemd systemd-socket-activate:systemd
 	/usr/bin/python3:python3

@@ -4,7 +4,8 @@
 # `make test`: build everything, run the unit tests (ctest) and the Python
 # package's (pytest), the BPF datapath
 # natively in network namespaces, mercury.torch on real PyTorch, the VM tests (tcp_mercury in Debian's 6.1
-# kernel under qemu), the Debian packages (installed, DKMS, purged), and close with one
+# kernel under qemu), the Debian packages (installed, DKMS, purged), the same packages
+# and the systemd units in a Debian 12 guest that boots systemd, and close with one
 # "total: N passed, M failed" line. Exit non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -98,6 +99,9 @@ failed=$((failed + vm_failed))
 
 step "packaging: make deb, install with apt (DKMS builds the module), the guest loads it, purge"
 suite packaging "$BUILD/packaging-tests.log" tests/packaging/run.sh "$BUILD"
+
+step "systemd: the .debs and units in a Debian 12 guest booting systemd (apt, systemctl, purge)"
+suite systemd "$BUILD/systemd-tests.log" scripts/vm/systemd-guest.sh "$BUILD/deb" "$BUILD/vm-systemd.log"
 
 echo
 echo "total: $passed passed, $failed failed"

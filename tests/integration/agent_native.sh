@@ -247,7 +247,7 @@ DESTDIR="$dir/inst" cmake --install "$bin/.." >/dev/null 2>&1
 echo "log_level = \"debug\"  # the admin's" >"$dir/inst/etc/mercury/mercuryd.conf"
 DESTDIR="$dir/inst" cmake --install "$bin/.." >/dev/null 2>&1
 check install-keeps-config grep -q "the admin's" "$dir/inst/etc/mercury/mercuryd.conf"
-check install-units sh -c "cd '$dir/inst/etc/systemd/system' && ls mercury-ps@.service mercuryd-bpf.service mercuryd.service mercuryd.socket >/dev/null"
+check install-units sh -c "cd '$dir/inst/etc/systemd/system' && ls mercury-ps@.service mercuryd-bpf.service mercuryd-bpf.socket run-mercury-bpf.mount mercuryd.service mercuryd.socket >/dev/null"
 
 # The shipped units: hardened to an exposure of at most 3.0 by systemd's own measure.
 for unit in "$(dirname "$0")"/../../agent/systemd/*.service; do

@@ -270,28 +270,33 @@ test_crash_recovery() {
 }
 
 # mercuryd-bpf.service's capabilities, for real: a loader bounded to the
-# unit's CapabilityBoundingSet (uid 0, as the unit runs it) mounts its bpffs,
-# loads, registers and takes entries; without CAP_SYS_ADMIN it cannot mount.
+# unit's CapabilityBoundingSet (uid 0, as the unit runs it), over the bpffs
+# run-mercury-bpf.mount mounts for it (its What/Where/Type/Options, mounted
+# here), loads, registers and takes entries; without that mount it cannot
+# make its own.
 start_bounded_loader() {	# start_bounded_loader CAPS
-	umount -l /run/mercury/bpf 2>/dev/null	# so that it must mount its own
 	/usr/bin/setpriv --inh-caps=-all,$1 --ambient-caps=-all,$1 --bounding-set=-all,$1 \
 		mercuryd --datapath=bpf --socket /run/mercury-bpf-test.sock --check-ms 200 >"$LOADER_LOG" 2>&1 &
 	LOADER_PID=$!
 }
 test_unit_caps() {
-	local caps fewer
-	caps=$(unit_caps "$top/agent/systemd/mercuryd-bpf.service" CapabilityBoundingSet)
-	fewer=$(echo "$caps" | sed 's/,*+sys_admin//')
+	local unit=$top/agent/systemd/mercuryd-bpf.service mnt=$top/agent/systemd/run-mercury-bpf.mount caps pre
+	caps=$(unit_caps "$unit" CapabilityBoundingSet)
+	pre="mount -t $(sed -n 's/^Type=//p' "$mnt") -o $(sed -n 's/^Options=//p' "$mnt") $(sed -n 's/^What=//p' "$mnt") $(sed -n 's/^Where=//p' "$mnt")"
 	stop_loader TERM
+	umount -l /run/mercury/bpf 2>/dev/null
+	mkdir -p /run/mercury/bpf
+	$pre
 	start_bounded_loader "$caps"
 	wait_for 100 registered
-	expect unit/bpf-caps-suffice "a loader bounded to $caps registers mercury: $(grep -o 'msg="[^"]*"' "$LOADER_LOG" | tail -1)" registered
+	expect unit/bpf-caps-suffice "after '$pre', a loader bounded to $caps registers mercury: $(grep -o 'msg="[^"]*"' "$LOADER_LOG" | tail -1)" registered
 	$IP netns add caps
 	expect unit/bpf-caps-entries "and serves the table" ctl caps tag set 21 1
 	stop_loader TERM
-	start_bounded_loader "$fewer"
+	umount -l /run/mercury/bpf 2>/dev/null
+	start_bounded_loader "$caps"
 	wait_for 100 grep -q 'cannot mount' "$LOADER_LOG"
-	expect unit/bpf-caps-needed "with $fewer only: $(grep -o 'cannot mount[^"]*' "$LOADER_LOG" | head -1)" \
+	expect unit/bpf-mount-needed "without that mount: $(grep -o 'cannot mount[^"]*' "$LOADER_LOG" | head -1)" \
 		sh -c "grep -q 'cannot mount' '$LOADER_LOG' && ! grep -qw mercury /proc/sys/net/ipv4/tcp_available_congestion_control"
 	stop_loader TERM
 	umount -l /run/mercury/bpf 2>/dev/null

@@ -24,6 +24,7 @@ check() {	# check NAME DETAIL CMD...
 	else
 		echo "FAIL pkg/$name: $detail"
 		failed=$((failed + 1))
+		return 1
 	fi
 }
 installed() { [ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$1" 2>/dev/null)" = "ii " ]; }

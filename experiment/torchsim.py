@@ -147,6 +147,32 @@ def bytesched_setting(mode: str, divisor: int) -> Optional[ByteSchedulerSetting]
     return ByteSchedulerSetting(max(4, int(part_mb * (1 << 20)) // divisor), credit)
 
 
+@dataclass(frozen=True)
+class LaneSetting:
+    mode: str              # one-lane, lanes-cubic or full
+    bucket_bytes: int      # of the shrunk model
+
+
+LANE_MODES = ("one-lane", "lanes-cubic", "full")
+
+
+def lane_setting(mode: str, divisor: int) -> Optional[LaneSetting]:
+    """What the bench mode ``one-lane@K``, ``lanes-cubic@K`` or ``full@K``
+    gives mercury.torch: buckets of K KiB of the real model, divided like the
+    tensors (the plain modes keep mercury.torch's default on the shrunk
+    model). None for any other mode; ValueError for a malformed one."""
+    base, at, k = mode.partition("@")
+    if not at or base not in LANE_MODES:
+        return None
+    try:
+        kib = float(k)
+    except ValueError:
+        kib = 0.0
+    if not kib > 0:
+        raise ValueError(f"{mode!r}: expected {base}@K with K > 0 (KiB of the real model per bucket)")
+    return LaneSetting(base, max(1, int(kib * 1024) // divisor))
+
+
 def ddp_buckets(layers: Sequence[Layer], cap_mb: float = DDP_BUCKET_CAP_MB,
                 first_bytes: int = DDP_FIRST_BUCKET_BYTES) -> List[Bucket]:
     """DDP's buckets: parameters in reverse order, the first bucket up to

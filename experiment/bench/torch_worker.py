@@ -26,6 +26,10 @@ Modes, interleaved within each repeat, each on a fresh model:
               on one lane on the baseline CC: partitions of P MB of the real
               model (divided like the tensors), C of them in flight; a grid
               of these is that baseline tuned
+  one-lane@K, lanes-cubic@K, full@K  the same with buckets of K KiB of the
+              real model, divided by --byte-divisor like the tensors (the
+              plain modes keep mercury.torch's default, 256 KiB, on the
+              shrunk model)
   ps-vanilla  mercury.torch with backend="ps" on 1 lane on the baseline CC,
               servers that answer whole partitions (--aggregation tensor)
   ps-cubic    backend="ps", --lanes lanes on the baseline CC, servers that
@@ -233,6 +237,10 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
         opt = ByteScheduler(model, opt_base, partition_bytes=bs.partition_bytes, credit=bs.credit, group=group)
         net = model
     else:
+        bucket = {}
+        setting = torchsim.lane_setting(mode, args.byte_divisor)
+        if setting:
+            mode, bucket = setting.mode, dict(bucket_bytes=setting.bucket_bytes)
         lanes = 1 if mode in ("one-lane", "ps-vanilla") else args.lanes
         cc = "mercury" if mode in ("full", "ps-full") else args.baseline_cc
         ps = {}
@@ -242,7 +250,7 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
             # BytePS's partitions of the real model, divided like the tensors.
             ps = dict(backend="ps", servers=[f"{h}:{PS_PORTS[mode]}" for h in args.ps_hosts.split(",")],
                       partition_bytes=max(4, PS_PARTITION_BYTES // args.byte_divisor))
-        opt = mt.DistributedOptimizer(model, opt_base, lanes=lanes, congestion_control=cc, **ps)
+        opt = mt.DistributedOptimizer(model, opt_base, lanes=lanes, congestion_control=cc, **ps, **bucket)
         if lanes > 1 and len(opt.lanes) != lanes:
             raise RuntimeError(f"{mode}: got {len(opt.lanes)} lanes: {opt.reason_single_lane}")
         net = model
@@ -345,7 +353,7 @@ def main() -> int:
     modes = args.modes.split(",")
     try:
         grid = [m for m in modes if torchsim.ddp_setting(m, args.byte_divisor)
-                or torchsim.bytesched_setting(m, args.byte_divisor)]
+                or torchsim.bytesched_setting(m, args.byte_divisor) or torchsim.lane_setting(m, args.byte_divisor)]
     except ValueError as e:
         raise SystemExit(f"torch_worker: {e}")
     unknown = [m for m in modes if m not in MODES + CLIP_MODES + PS_MODES + grid]

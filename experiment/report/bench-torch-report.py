@@ -97,6 +97,10 @@ def simulated(run: dict, step_latency_s: float, modes: List[str],
         if setting:
             out[mode] = torchsim.simulate_mode("ddp", layers, bucket_cap_mb=setting.cap_mb,
                                                ddp_first_bytes=setting.first_bytes, **kw).iteration_s
+        lane = torchsim.lane_setting(mode, run["byte_divisor"])
+        if lane:
+            out[mode] = torchsim.simulate_mode(SIMULATED[lane.mode], layers, bucket_bytes=lane.bucket_bytes,
+                                               **kw).iteration_s
     return out
 
 
@@ -127,7 +131,9 @@ def ordered(modes) -> List[str]:
         return setting.cap_mb if setting else 0.0
     ddp = sorted((m for m in modes if m == "ddp" or m.startswith("ddp@")), key=cap)
     bytesched = sorted(m for m in modes if m.startswith("bytesched@"))
-    return ddp + bytesched + [m for m in MODES[1:] + CLIP_MODES + PS_MODES if m in modes]
+    lane_grid = sorted((m for m in modes if torchsim.lane_setting(m, 1)),
+                       key=lambda m: (m.partition("@")[0], torchsim.lane_setting(m, 1).bucket_bytes))
+    return ddp + bytesched + [m for m in MODES[1:] + CLIP_MODES + PS_MODES if m in modes] + lane_grid
 
 
 def main() -> int:
@@ -179,7 +185,7 @@ def main() -> int:
                      "bound_s": mode_bound, "vs_bound": m / mode_bound,
                      "ps_topology": modes[mode][0].get("ps_topology"),
                      "cpu_util": statistics.fmean(r["cpu_util"] for r in modes[mode])}
-            simulated_as = mode if mode.startswith("ddp@") or mode in PS_MODES else SIMULATED.get(mode)
+            simulated_as = mode if sim and mode in sim else SIMULATED.get(mode)
             if sim and simulated_as in sim:
                 entry["simulated_s"] = sim[simulated_as]
                 entry["vs_simulated"] = m / entry["simulated_s"]

@@ -138,6 +138,17 @@ def test_bytesched_modes_divide_partitions_like_tensors() -> None:
             torchsim.bytesched_setting(bad, 1)
 
 
+def test_lane_modes_with_a_bucket_divide_it_like_tensors() -> None:
+    assert torchsim.lane_setting("full@256", 105) == torchsim.LaneSetting("full", 256 * 1024 // 105)
+    assert torchsim.lane_setting("one-lane@6720", 105).bucket_bytes == 65536
+    assert torchsim.lane_setting("lanes-cubic@0.001", 1000).bucket_bytes == 1   # never empty
+    for other in ("full", "ddp@5", "ps-full@4", "bytesched@4x2"):
+        assert torchsim.lane_setting(other, 1) is None
+    for bad in ("full@", "full@0", "full@-1", "full@x"):
+        with pytest.raises(ValueError, match="full@K"):
+            torchsim.lane_setting(bad, 1)
+
+
 def test_a_held_floor_costs_priority_between_ideal_and_fair() -> None:
     # Held lanes that keep a floor in flight take part of the link from the top
     # lane: the schedule lies between ideal priority and fair sharing, closer

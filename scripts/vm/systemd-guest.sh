@@ -40,7 +40,8 @@ rm -f "$root/.complete"
 suite_dir=$root/opt/mercury-suite
 mkdir -p "$suite_dir/debs"
 cp "${packages[@]}" "$suite_dir/debs/"
-cp "$top/tests/systemd/suite.sh" "$top/tests/systemd/trainer.py" "$top/tests/systemd/ps_worker.py" "$suite_dir/"
+cp "$top/tests/systemd/suite.sh" "$top/tests/systemd/trainer.py" "$top/tests/systemd/ps_worker.py" \
+	"$top/tests/lib/check.sh" "$suite_dir/"
 cat >"$root/etc/systemd/system/mercury-suite.service" <<'EOF'
 [Unit]
 Description=Mercury's suite under systemd (tests/systemd/suite.sh)

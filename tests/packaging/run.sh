@@ -14,19 +14,8 @@ out=$build/deb
 version=$(sed -n 's/^project(mercury VERSION \([0-9.]*\).*/\1/p' "$top/CMakeLists.txt")
 krel=$("$top/scripts/guest-kernel.sh")
 packages="mercury python3-mercury mercury-dkms"
-passed=0 failed=0
-check() {	# check NAME DETAIL CMD...
-	local name=$1 detail=$2
-	shift 2
-	if "$@"; then
-		echo "PASS pkg/$name  # $detail"
-		passed=$((passed + 1))
-	else
-		echo "FAIL pkg/$name: $detail"
-		failed=$((failed + 1))
-		return 1
-	fi
-}
+CHECK_PREFIX=pkg
+. "$top/tests/lib/check.sh"
 installed() { [ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$1" 2>/dev/null)" = "ii " ]; }
 none_installed() { for p in $packages; do dpkg-query -W "$p" >/dev/null 2>&1 && return 1; done; return 0; }
 export DEBIAN_FRONTEND=noninteractive

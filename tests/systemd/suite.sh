@@ -19,21 +19,10 @@
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 cd /opt/mercury-suite || exit 1
-passed=0 failed=0
+CHECK_PREFIX=systemd
+. ./check.sh
 JOB=trainjob
 LAYERS=4
-check() {	# check NAME DETAIL CMD...
-	local name=$1 detail=$2
-	shift 2
-	if "$@"; then
-		echo "PASS systemd/$name  # $detail"
-		passed=$((passed + 1))
-	else
-		echo "FAIL systemd/$name: $detail"
-		failed=$((failed + 1))
-		return 1
-	fi
-}
 # wait_for SECONDS CMD...: until CMD succeeds, at most SECONDS.
 wait_for() {
 	local end=$((SECONDS + $1))

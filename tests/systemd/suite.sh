@@ -145,8 +145,8 @@ check bpf-activated "the trainer's reconnect started mercuryd-bpf.service: $(sta
 check bpf-cc "net.ipv4.tcp_available_congestion_control: $(sysctl -n net.ipv4.tcp_available_congestion_control)" \
 	sh -c 'sysctl -n net.ipv4.tcp_available_congestion_control | grep -qw mercury'
 check bpf-entries "the BPF maps hold the trainer's sockets: $(flows bpf) flow entries" has_flows bpf
-# A restarted loader takes over the pins (MountFlags=shared keeps the bpffs
-# it mounted): the same files (inodes), every entry still in them.
+# A restarted loader takes over the pins (run-mercury-bpf.mount keeps the
+# bpffs outside the agent): the same files (inodes), every entry in them.
 pins() { ls -i /run/mercury/bpf 2>/dev/null | sort -k2 | tr '\n' ' '; }
 pins_before=$(pins)
 pid=$(main_pid mercuryd-bpf.service)

@@ -573,20 +573,28 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _finish(self, b: _Bucket) -> None:
         """STEP_DEFERRED -> IDLE: the averaged gradients in p.grad, the step
-        step() asked for applied, then what the user did to p.grad since."""
-        self._wait(b)
+        step() asked for applied, then what the user did to p.grad since.
+        Later buckets of the same step() whose reductions have ended come
+        along, in one optimizer call: a call per bucket cost about 0.1 ms
+        each, on the forward pass's critical path (BERT-base: 78 of them)."""
+        batch = [b] + [c for c in self._buckets[b.index + 1:]
+                       if c.state is _State.STEP_DEFERRED and c.settings is b.settings and c.work.is_completed()]
         after = []
-        for p, value, g in zip(b.params, self._averaged(b), b.guards):
-            current = p.grad
-            after.append((current is not g, current))
-            p.grad = value
-        self._step_params(b.group_params, b.settings)
-        for i, (p, (replaced, current)) in enumerate(zip(b.params, after)):
+        for c in batch:
+            self._wait(c)
+            for i, (p, value, g) in enumerate(zip(c.params, self._averaged(c), c.guards)):
+                current = p.grad
+                after.append((c, i, p, current is not g, current))
+                p.grad = value
+        groups = len(self.optimizer.param_groups)
+        self._step_params([[p for c in batch for p in c.group_params[g]] for g in range(groups)], b.settings)
+        for c, i, p, replaced, current in after:
             if replaced:
                 p.grad = current
-            elif b.zero_after[i] and p.grad is not None:
+            elif c.zero_after[i] and p.grad is not None:
                 p.grad.zero_()
-        self._clear(b)
+        for c in batch:
+            self._clear(c)
 
     def _clear(self, b: _Bucket) -> None:
         b.work = b.flat = b.settings = None

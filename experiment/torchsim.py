@@ -156,11 +156,21 @@ class LaneSetting:
 LANE_MODES = ("one-lane", "lanes-cubic", "full")
 
 
+def plain_bucket_bytes(divisor: int) -> int:
+    """The bucket of the bench's plain lane modes (one-lane, lanes-cubic,
+    full): mercury.torch's default bucket of the real model, divided like the
+    tensors, as ddp@N divides DDP's caps. A user of the real model gets
+    256 KiB buckets, one layer each for most layers of BERT-base; 256 KiB of
+    the shrunk model would bundle the same model's front layers into buckets
+    that start only when their first layer's gradient exists."""
+    return max(1, MERCURY_BUCKET_BYTES // divisor)
+
+
 def lane_setting(mode: str, divisor: int) -> Optional[LaneSetting]:
     """What the bench mode ``one-lane@K``, ``lanes-cubic@K`` or ``full@K``
     gives mercury.torch: buckets of K KiB of the real model, divided like the
-    tensors (the plain modes keep mercury.torch's default on the shrunk
-    model). None for any other mode; ValueError for a malformed one."""
+    tensors (the plain modes: plain_bucket_bytes). None for any other mode;
+    ValueError for a malformed one."""
     base, at, k = mode.partition("@")
     if not at or base not in LANE_MODES:
         return None

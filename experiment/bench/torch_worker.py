@@ -28,8 +28,8 @@ Modes, interleaved within each repeat, each on a fresh model:
               of these is that baseline tuned
   one-lane@K, lanes-cubic@K, full@K  the same with buckets of K KiB of the
               real model, divided by --byte-divisor like the tensors (the
-              plain modes keep mercury.torch's default, 256 KiB, on the
-              shrunk model)
+              plain modes: mercury.torch's default, 256 KiB, of the real
+              model, divided likewise; each run records its bucket_bytes)
   ps-vanilla  mercury.torch with backend="ps" on 1 lane on the baseline CC,
               servers that answer whole partitions (--aggregation tensor)
   ps-cubic    backend="ps", --lanes lanes on the baseline CC, servers that
@@ -241,6 +241,8 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
         setting = torchsim.lane_setting(mode, args.byte_divisor)
         if setting:
             mode, bucket = setting.mode, dict(bucket_bytes=setting.bucket_bytes)
+        elif mode in torchsim.LANE_MODES:
+            bucket = dict(bucket_bytes=torchsim.plain_bucket_bytes(args.byte_divisor))
         lanes = 1 if mode in ("one-lane", "ps-vanilla") else args.lanes
         cc = "mercury" if mode in ("full", "ps-full") else args.baseline_cc
         ps = {}
@@ -286,7 +288,8 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
     if group is not None:
         dist.destroy_process_group(group)
     return {"iteration_s": elapsed / args.iterations, "wait_s": waited,
-            "cpu_util": ((c1.user - c0.user) + (c1.system - c0.system)) / elapsed}
+            "cpu_util": ((c1.user - c0.user) + (c1.system - c0.system)) / elapsed,
+            "bucket_bytes": opt.bucket_bytes if isinstance(opt, mt.DistributedOptimizer) else None}
 
 
 def ring_step_latency(world: int, trials: int = 21) -> float:

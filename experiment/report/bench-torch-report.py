@@ -75,14 +75,15 @@ def ps_bound(run: dict) -> float:
     return lower_bound(run, 1.0 if run.get("ps_topology") == "separate" else None)[0]
 
 
-def simulated(run: dict, step_latency_s: float, modes: List[str],
-              busy_s: Optional[float]) -> Optional[Dict[str, float]]:
+def simulated(run: dict, step_latency_s: float, modes: List[str], busy_s: Optional[float],
+              plain_bucket_bytes: int = torchsim.MERCURY_BUCKET_BYTES) -> Optional[Dict[str, float]]:
     """Each torchsim mode's iteration time for this point, and each ddp@N
     mode's (its caps divided by the byte divisor, as the worker does), or
     None without a profile. The schedules run on the compute the workers
     really spent (@busy_s, the profile's compute stretched by the
     framework's own time per iteration, when measured); the bound on the
-    profile's compute alone, so that it stays a bound."""
+    profile's compute alone, so that it stays a bound. The plain lane modes
+    with the buckets their runs had (@plain_bucket_bytes)."""
     if not run.get("profile") or run["compute"] != "emulated":
         return None
     profile = torchsim.read_profile(run["profile"])
@@ -90,7 +91,8 @@ def simulated(run: dict, step_latency_s: float, modes: List[str],
               lanes=run.get("lanes", 8))
     bare = torchsim.bench_layers(profile, run["byte_divisor"], run["compute_s"])
     layers = torchsim.bench_layers(profile, run["byte_divisor"], max(busy_s or 0.0, run["compute_s"]))
-    out = {m: torchsim.simulate_mode(m, layers, **kw).iteration_s for m in torchsim.MODES if m != "bound"}
+    out = {m: torchsim.simulate_mode(m, layers, bucket_bytes=plain_bucket_bytes, **kw).iteration_s
+           for m in torchsim.MODES if m != "bound"}
     out["bound"] = torchsim.simulate_mode("bound", bare, **kw).iteration_s
     for mode in modes:
         setting = torchsim.ddp_setting(mode, run["byte_divisor"])
@@ -158,7 +160,11 @@ def main() -> int:
         busy = [r["iteration_s"] - r["wait_s"] for m, rs in modes.items() if m in MERCURY_TORCH_MODES
                 for r in rs if r.get("wait_s") is not None]
         busy_s = statistics.median(busy) if busy else None
-        sim = simulated(any_run, step_latency, list(modes), busy_s)
+        # The plain lane modes' bucket, as their runs recorded it (runs from
+        # before the record had mercury.torch's default on the shrunk model).
+        plain = [r["bucket_bytes"] for m, rs in modes.items() if m in MERCURY_TORCH_MODES
+                 for r in rs if r.get("bucket_bytes")]
+        sim = simulated(any_run, step_latency, list(modes), busy_s, plain[0] if plain else torchsim.MERCURY_BUCKET_BYTES)
         if sim:   # the bound that respects layer dependencies, never below the simple one
             bound = max(bound, sim["bound"])
         ps_runs = [r for m, rs in modes.items() if m in PS_MODES for r in rs]

@@ -7,8 +7,12 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 
 from conftest import TOP
+
+sys.path.insert(0, os.path.join(TOP, "experiment"))
+import torchsim  # noqa: E402
 
 REPORT = os.path.join(TOP, "experiment", "report", "bench-torch-report.py")
 
@@ -70,3 +74,23 @@ def test_a_run_below_the_bound_fails(tmp_path) -> None:
     done, out = report(tmp_path, [run("a", a, "full", 0, 0.5), run("a", a, "one-lane", 0, 1.7)])
     assert done.returncode == 1
     assert len(out["violations"]) == 1 and "full" in out["violations"][0]
+
+
+def test_lane_modes_simulated_with_the_buckets_their_runs_had(tmp_path) -> None:
+    # Runs that record bucket_bytes are simulated with those buckets; runs
+    # from before the record with mercury.torch's default on the shrunk model.
+    a = tmp_path / "small-layers.txt"    # three layers per lane: the default bundles them
+    a.write_text("".join(f"layer{i} 10 20 {40_000 if i == 0 else 120_000}\n" for i in range(24)))
+    a = str(a)
+    layers = torchsim.bench_layers(torchsim.read_profile(a), 1, 1.0)
+    kw = dict(workers=4, rate_mbit=50, step_latency_s=0.0002, lanes=8)
+    for recorded, buckets in ((None, torchsim.MERCURY_BUCKET_BYTES), (1, 1)):
+        runs = [dict(run("a", a, m, rep, 3.0), bucket_bytes=recorded) for rep in range(2)
+                for m in ("one-lane", "full")]
+        done, out = report(tmp_path, runs)
+        assert done.returncode == 0, done.stdout + done.stderr
+        sim = out["points"][0]["simulated"]
+        for mode in ("one-lane", "priority"):
+            assert sim[mode] == torchsim.simulate_mode(mode, layers, bucket_bytes=buckets, **kw).iteration_s
+    one_layer_each = torchsim.simulate_mode("priority", layers, bucket_bytes=1, **kw).iteration_s
+    assert one_layer_each != torchsim.simulate_mode("priority", layers, **kw).iteration_s

@@ -147,6 +147,10 @@ def test_lane_modes_with_a_bucket_divide_it_like_tensors() -> None:
     for bad in ("full@", "full@0", "full@-1", "full@x"):
         with pytest.raises(ValueError, match="full@K"):
             torchsim.lane_setting(bad, 1)
+    # The plain modes: mercury.torch's default bucket of the real model, divided likewise.
+    assert torchsim.plain_bucket_bytes(105) == torchsim.lane_setting("full@256", 105).bucket_bytes
+    assert torchsim.plain_bucket_bytes(1) == torchsim.MERCURY_BUCKET_BYTES
+    assert torchsim.plain_bucket_bytes(10 ** 9) == 1
 
 
 def test_a_held_floor_costs_priority_between_ideal_and_fair() -> None:

@@ -15,9 +15,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 debs=$(cd "$1" && pwd) || exit 2
 log=${2:-$top/build/vm-systemd.log}
-timeout_s=${MERCURY_VM_TIMEOUT:-900}
 rel=$("$top/scripts/guest-kernel.sh") || exit 1
 guest=$("$top/scripts/fetch-guest-kernel.sh") || exit 1
+. "$here/lib.sh"
 shopt -s nullglob
 packages=("$debs"/mercury_*.deb "$debs"/python3-mercury_*.deb "$debs"/mercury-dkms_*.deb)
 if [ "${#packages[@]}" -ne 3 ]; then
@@ -93,23 +93,9 @@ EOF
 chmod +x "$init/init"
 (cd "$init" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd.gz"
 
-mkdir -p "$(dirname "$log")"
 echo "vm: booting Debian 12 with systemd on $rel under qemu TCG (log: $log)"
-timeout --foreground "$timeout_s" qemu-system-x86_64 \
-	-accel tcg -cpu max -smp 2 -m 2048 \
-	-nodefaults -no-reboot -display none -serial stdio \
-	-kernel "$guest/vmlinuz" -initrd "$work/initrd.gz" \
+boot_guest "$log" '^(PASS|FAIL|INFO|==)' -m 2048 -initrd "$work/initrd.gz" \
 	-drive "file=$work/root.img,if=virtio,format=raw" \
-	-append "console=ttyS0 panic=-1 oops=panic softlockup_panic=1 loglevel=4 systemd.show_status=0" \
-	</dev/null 2>&1 | sed -u 's/\r$//' | tee "$log" | grep --line-buffered -E '^(PASS|FAIL|INFO|==)'
-qemu_rc=${PIPESTATUS[0]}
-
-passed=$(grep -c '^PASS ' "$log")
-failed=$(grep -c '^FAIL ' "$log")
-if ! grep -q '^MERCURY-VM-DONE' "$log"; then
-	echo "FAIL systemd/finished: the guest did not finish the suite (qemu exit $qemu_rc)"
-	awk '/Kernel panic|BUG:|WARNING:|Oops/ { n = 60 } n-- > 0' "$log" | head -60
-	failed=$((failed + 1))
-fi
-echo "systemd: $passed passed, $failed failed"
+	-append "console=ttyS0 panic=-1 oops=panic softlockup_panic=1 loglevel=4 systemd.show_status=0"
+guest_tally systemd "$log"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

@@ -11,8 +11,9 @@ How a step flows, per bucket (neighbouring layers reduced together):
   with the param groups' settings (lr, momentum...) as they are now.
 * The next ``forward()``: just before a module runs, its bucket's reduction
   is waited for, the averaged gradient put in ``p.grad`` and the optimizer
-  applied to just those parameters. So the front layers compute while the
-  back layers' bytes are still on the wire.
+  applied to just those parameters (and, in the same call, to every later
+  bucket whose reduction has already ended). So the front layers compute
+  while the back layers' bytes are still on the wire.
 
 Whatever touches a gradient early gets DDP's value: the guard waits for the
 reduction on any use from Python (clipping, logging a norm), a second

@@ -580,9 +580,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         each, on the forward pass's critical path (BERT-base: 78 of them)."""
         batch = [b] + [c for c in self._buckets[b.index + 1:]
                        if c.state is _State.STEP_DEFERRED and c.settings is b.settings and c.work.is_completed()]
+        for c in batch:   # all of them before any p.grad changes: a failed reduction raises here
+            self._wait(c)
         after = []
         for c in batch:
-            self._wait(c)
             for i, (p, value, g) in enumerate(zip(c.params, self._averaged(c), c.guards)):
                 current = p.grad
                 after.append((c, i, p, current is not g, current))

@@ -34,7 +34,6 @@ from typing import Dict, List
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "..", "python"))
@@ -43,7 +42,7 @@ sys.path.insert(0, here)
 os.environ["MERCURY_SOCKET"] = "/nonexistent/mercury-overhead.sock"   # never an agent: one lane
 import mercury.torch as mt  # noqa: E402
 import torchsim  # noqa: E402
-from torch_worker import EmulatedModel, read_profile  # noqa: E402
+from torch_worker import EmulatedModel, ddp, read_profile  # noqa: E402
 
 MODES = ["bare", "ddp", "mercury"]
 
@@ -54,13 +53,7 @@ def one_mode(mode: str, times, args: argparse.Namespace) -> float:
     base = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     opt, net = base, model
     if mode == "ddp":
-        setting = torchsim.ddp_setting(f"ddp@{args.ddp_mb:g}", args.byte_divisor)
-        first = dist._DEFAULT_FIRST_BUCKET_BYTES
-        try:
-            dist._DEFAULT_FIRST_BUCKET_BYTES = setting.first_bytes
-            net = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=setting.cap_mb)
-        finally:
-            dist._DEFAULT_FIRST_BUCKET_BYTES = first
+        net = ddp(model, torchsim.ddp_setting(f"ddp@{args.ddp_mb:g}", args.byte_divisor))
     elif mode == "mercury":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)   # no agent: one lane, as intended

@@ -46,7 +46,7 @@ import json
 import os
 import sys
 import time
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -203,6 +203,20 @@ def baseline_group(cc: str) -> dist.ProcessGroup:
     return group
 
 
+def ddp(model: nn.Module, setting: Optional[torchsim.DdpSetting],
+        group: Optional[dist.ProcessGroup] = None) -> nn.Module:
+    """DDP over ``model`` with ``setting``'s caps (torchsim.ddp_setting; None:
+    torch's defaults), on ``group`` (None: the default group)."""
+    if setting is None:
+        return nn.parallel.DistributedDataParallel(model, process_group=group)
+    first = dist._DEFAULT_FIRST_BUCKET_BYTES   # read by DDP's constructor
+    try:
+        dist._DEFAULT_FIRST_BUCKET_BYTES = setting.first_bytes
+        return nn.parallel.DistributedDataParallel(model, process_group=group, bucket_cap_mb=setting.cap_mb)
+    finally:
+        dist._DEFAULT_FIRST_BUCKET_BYTES = first
+
+
 def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
     clip = mode.endswith("-clip")
     mode = mode[:-len("-clip")] if clip else mode
@@ -220,16 +234,7 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
     group = None
     if mode == "ddp" or mode.startswith("ddp@"):
         group = baseline_group(args.baseline_cc)
-        setting = torchsim.ddp_setting(mode, args.byte_divisor)
-        if setting is None:
-            net = nn.parallel.DistributedDataParallel(model, process_group=group)
-        else:
-            first = dist._DEFAULT_FIRST_BUCKET_BYTES   # read by DDP's constructor
-            try:
-                dist._DEFAULT_FIRST_BUCKET_BYTES = setting.first_bytes
-                net = nn.parallel.DistributedDataParallel(model, process_group=group, bucket_cap_mb=setting.cap_mb)
-            finally:
-                dist._DEFAULT_FIRST_BUCKET_BYTES = first
+        net = ddp(model, torchsim.ddp_setting(mode, args.byte_divisor), group)
         opt = opt_base
     elif mode.startswith("bytesched@"):
         group = baseline_group(args.baseline_cc)

@@ -162,9 +162,9 @@ def main() -> int:
         busy_s = statistics.median(busy) if busy else None
         # The plain lane modes' bucket, as their runs recorded it (runs from
         # before the record had mercury.torch's default on the shrunk model).
-        plain = [r["bucket_bytes"] for m, rs in modes.items() if m in MERCURY_TORCH_MODES
-                 for r in rs if r.get("bucket_bytes")]
-        sim = simulated(any_run, step_latency, list(modes), busy_s, plain[0] if plain else torchsim.MERCURY_BUCKET_BYTES)
+        plain = next((r["bucket_bytes"] for m, rs in modes.items() if m in MERCURY_TORCH_MODES
+                      for r in rs if r.get("bucket_bytes")), torchsim.MERCURY_BUCKET_BYTES)
+        sim = simulated(any_run, step_latency, list(modes), busy_s, plain)
         if sim:   # the bound that respects layer dependencies, never below the simple one
             bound = max(bound, sim["bound"])
         ps_runs = [r for m, rs in modes.items() if m in PS_MODES for r in rs]

@@ -178,7 +178,8 @@ def check_equivalence(tmp: str, mode: str, optimizer: str, world: int, ddp: List
         errors = [r["lanes_error"] for r in res if r["lanes_error"]]
         report(f"torch/{mode}/lanes-registered", not errors,
                "; ".join(errors) if errors else
-               f"{world} workers x {lanes} lanes: every lane socket in the datapath at its lane's rank")
+               f"{world} workers x {lanes} lanes: every lane socket in the datapath at its lane's rank, "
+               "every layer on the lane of its rank and bytes")
         t = res[0].get("timings_error")
         report(f"torch/{mode}/timings-learned", t == "",
                t or "mercuryctl status shows per-layer forward/backward times and ranks in forward order")

@@ -24,6 +24,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 import mercury.torch as mt  # noqa: E402
+from mercury.lanemap import index_ranks, priority_lanes  # noqa: E402
 
 
 class SmallNet(nn.Module):
@@ -68,6 +69,11 @@ def check_lanes(opt: mt.DistributedOptimizer, ctl: str) -> str:
     """Every lane socket is in the datapath's flow table at its lane's rank."""
     if len(opt.lanes) < 2:
         return f"single lane: {opt.reason_single_lane}"
+    # Before the first resync: the ranks by index, made more urgent by bytes
+    # (SmallNet's classifier: [0, 1, 2, 4, 5, 6] by index alone).
+    want_lanes = priority_lanes(index_ranks(len(opt._layers)), opt._layer_bytes, len(opt.lanes))
+    if opt.layer_lanes() != want_lanes:
+        return f"layer lanes {opt.layer_lanes()}, want {want_lanes}"
     want = {f"cookie:{cookie}": mt.lane_rank(i, len(opt.lanes))
             for i, lane in enumerate(opt.lanes.lanes) for cookie in lane.sockets.values()}
     peers = len(opt.lanes.servers) if opt.backend == "ps" else opt.world - 1

@@ -39,7 +39,8 @@ import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
 import mercury
-from mercury.contract import MAX_LANES, NUM_RANKS, rank_lane
+from mercury.contract import MAX_LANES, rank_lane
+from mercury.lanemap import index_ranks, priority_lanes
 from mercury.torch._guard import GuardedGrad, guard
 from mercury.torch.lanes import Lanes, all_true
 from mercury.torch.ps import PARTITION_BYTES, PLACEMENTS, ServerLanes, default_job
@@ -141,7 +142,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         bucket_bytes: neighbouring layers are reduced together until a bucket
             holds at least this many bytes of gradients.
         resync_every: every so many steps, worker 0's learned ranks are
-            broadcast and become every worker's layer-to-lane map.
+            broadcast and become every worker's layer-to-lane map (lanes on
+            mercury only: without priorities, layers stay spread by index).
         agent_timeout: seconds to wait for mercuryd at start-up.
         broadcast_buffers: as DDP's: worker 0's buffers (BatchNorm's running
             statistics) are broadcast before a forward pass, when DDP would.
@@ -246,6 +248,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self.reason_single_lane and lanes > 1:
             warnings.warn(f"mercury.torch: training on a single lane without priorities: {self.reason_single_lane}",
                           RuntimeWarning, stacklevel=2)
+        # Ranks (and bytes) order the lanes only where the datapath enforces them.
+        self._prioritized = len(self.lanes) > 1 and congestion_control == "mercury"
         if len(self.lanes) > 1:
             paced = pacing_left_by(self.lanes.previous_cc, congestion_control)
             if paced:
@@ -269,6 +273,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._buckets: List[_Bucket] = []
         self._bucket_of_module: Dict[torch.nn.Module, _Bucket] = {}
         self._layer_lane: List[int] = []
+        self._layer_bytes: List[int] = []
         self._fwd_start: Dict[torch.nn.Module, float] = {}
         self._fwd_us: Dict[torch.nn.Module, float] = {}
         self._grad_time: Dict[int, float] = {}   # layer -> when its last gradient arrived
@@ -359,14 +364,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self.client.declare_model([(names.get(m, "?") or "model", _nbytes(owned[m])) for m in self._layers])
             if len(self.lanes) > 1:
                 self.client.subscribe_ranks()
-        # Until the agent's ranks arrive, spread layers over ranks by index, as it does.
-        n = max(1, len(self._layers))
-        self._layer_lane = [rank_lane(i * NUM_RANKS // n, len(self.lanes)) for i in range(len(self._layers))]
+        self._layer_bytes = [_nbytes(owned[m]) for m in self._layers]
+        # Buckets never span two lanes of the ranks by index (mercuryd's
+        # until it has timings); the lane map then moves whole buckets.
+        by_index = [rank_lane(r, len(self.lanes)) for r in index_ranks(len(self._layers))]
         bucket: Optional[_Bucket] = None
         size = 0
         for layer, m in enumerate(self._layers):
             params = owned[m]
-            lane = self._layer_lane[layer]
+            lane = by_index[layer]
             if (bucket is None or size >= self.bucket_bytes or lane != bucket.lane
                     or params[0].dtype != bucket.params[0].dtype):
                 bucket = _Bucket(len(self._buckets), [], [], [], lane)
@@ -377,6 +383,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             bucket.layers += [layer] * len(params)
             size += _nbytes(params)
             self._bucket_of_module[m] = bucket
+        self._set_lanes(self._lanes_for(index_ranks(len(self._layers))))
         if self.backend == "ps":
             self._connect_servers()
         in_buckets = {id(p) for b in self._buckets for p in b.params}
@@ -685,7 +692,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._step_params([[p for b in now for p in b.group_params[g]] for g in range(len(settings))], None)
         self.iteration += 1
         self._report_timings()
-        if len(self.lanes) > 1 and self.iteration % self.resync_every == 0:
+        if self._prioritized and self.iteration % self.resync_every == 0:
             self._resync_lanes()
 
     def synchronize(self) -> None:
@@ -763,14 +770,33 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._fwd_us.clear()
         self._grad_time.clear()
 
+    def _lanes_for(self, ranks: Sequence[int]) -> List[int]:
+        """Each layer's lane: its bucket's, from the bucket's most urgent rank
+        (and, prioritized, its bytes: a bucket is what queues on a lane)."""
+        layers = [sorted(set(b.layers)) for b in self._buckets]
+        first = [min(ranks[layer] for layer in ls) for ls in layers]
+        if self._prioritized:
+            lanes = priority_lanes(first, [sum(self._layer_bytes[layer] for layer in ls) for ls in layers],
+                                   len(self.lanes))
+        else:
+            lanes = [rank_lane(r, len(self.lanes)) for r in first]
+        out = [0] * len(self._layers)
+        for ls, lane in zip(layers, lanes):
+            for layer in ls:
+                out[layer] = lane
+        return out
+
     def _resync_lanes(self) -> None:
         n = len(self._layers)
         lanes = torch.tensor(self._layer_lane, dtype=torch.int32)
         if self.rank == 0:
             ranks = self.client.layer_ranks()
             if ranks is not None and len(ranks.ranks) == n:
-                lanes = torch.tensor([rank_lane(r, len(self.lanes)) for r in ranks.ranks], dtype=torch.int32)
+                lanes = torch.tensor(self._lanes_for(ranks.ranks), dtype=torch.int32)
         dist.broadcast(lanes, src=0)
-        self._layer_lane = lanes.tolist()
+        self._set_lanes(lanes.tolist())
+
+    def _set_lanes(self, layer_lanes: List[int]) -> None:
+        self._layer_lane = layer_lanes
         for b in self._buckets:
-            b.lane = min(self._layer_lane[layer] for layer in b.layers)
+            b.lane = min(layer_lanes[layer] for layer in b.layers)

@@ -1,0 +1,43 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Which lane each layer's gradients take: pure arithmetic, shared by
+mercury.torch and the bench's simulator (experiment/torchsim.py)."""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+from mercury.contract import NUM_RANKS, rank_lane
+
+__all__ = ["index_ranks", "priority_lanes"]
+
+
+def index_ranks(layers: int) -> List[int]:
+    """Ranks spread over ``layers`` layers by index, as mercuryd spreads them
+    before it has learned any timing."""
+    n = max(1, layers)
+    return [i * NUM_RANKS // n for i in range(layers)]
+
+
+def priority_lanes(ranks: Sequence[int], nbytes: Sequence[int], lanes: int) -> List[int]:
+    """Each bucket's lane (buckets in forward order, each with the rank of its
+    most urgent layer and its bytes) when the lanes are prioritized: the lane
+    of its rank, or a more urgent one if its bytes say so.
+
+    A lane is one process group, so its reductions run one after another in
+    launch order, and the backward pass launches a lane's later buckets
+    first: a bucket waits for every later bucket of its lane. Ranks slice
+    the forward pass by time (mercuryd) or by index, so the last rank can
+    hold a model's big tail (VGG-16: the last convolutions behind the
+    classifier's 411 MB fc6). Here a bucket also gets the rank of the slice
+    of the model's bytes its middle falls in, and the more urgent of the
+    two: a big bucket then has a lane of its own or shares one only with
+    later buckets, and the small ones before it move to more urgent lanes
+    rather than queue behind it (doc/experiment.md, "The layer-to-lane map").
+    """
+    total = sum(nbytes)
+    out = []
+    below = 0
+    for rank, size in zip(ranks, nbytes):
+        by_bytes = min(NUM_RANKS - 1, (2 * below + size) * NUM_RANKS // (2 * total)) if total else rank
+        out.append(rank_lane(min(rank, by_bytes), lanes))
+        below += size
+    return out

@@ -15,9 +15,10 @@ symmetric: same compute, same rings, one uplink each of the same rate):
               for layer i's bucket.
   lanes-fair  the same buckets on their lanes, every lane's ring sharing the
               link equally (TCP flows of one kind: lanes on cubic).
-  priority    the same buckets on their lanes, the link given to the most
-              urgent lane with data to send, preempting (ideal priority: what
-              full Mercury aims at).
+  priority    the same buckets on the lanes mercury.torch gives them on
+              mercury (--lane-map), the link given to the most urgent lane
+              with data to send, preempting (ideal priority: what full
+              Mercury aims at).
   bound       a lower bound: per-layer reductions, no per-step latency, ideal
               preemptive priority by forward order.
 
@@ -34,7 +35,8 @@ held flow takes the link back) and the framework's own time per layer, so
 measured runs may fall on either side of every schedule but the bound.
 
 usage: torchsim.py PROFILE --workers N[,N...] --rate-mbit R[,R...] [--byte-divisor D]
-                   [--compute-s S] [--step-latency-us U] [--lanes L] [--modes M,...] [--json]
+                   [--compute-s S] [--step-latency-us U] [--lanes L] [--modes M,...]
+                   [--lane-map M] [--json]
 PROFILE is in the simple format (`mercury-replay layers` prints it). Several
 workers or rates print a table with what ideal priority gains over fair
 lanes and over one lane.
@@ -50,6 +52,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 from mercury.contract import NUM_RANKS, rank_lane  # noqa: E402
+from mercury.lanemap import index_ranks, priority_lanes  # noqa: E402
 from mercury.ps import PARTITION_BYTES, place  # noqa: E402
 
 # Ethernet frame on the wire (tbf counts it) per TCP payload with timestamps.
@@ -58,6 +61,9 @@ DDP_FIRST_BUCKET_BYTES = 1 << 20      # torch.distributed's _DEFAULT_FIRST_BUCKE
 DDP_BUCKET_CAP_MB = 25
 MERCURY_BUCKET_BYTES = 256 << 10      # mercury.torch's DEFAULT_BUCKET_BYTES
 MODES = ["ddp", "one-lane", "lanes-fair", "priority", "bound"]
+# How mercury.torch puts buckets on lanes (mercury_buckets); the priority
+# mode's default is the last, what it does on lanes on mercury.
+LANE_MAPS = ["index", "learned", "learned+bytes"]
 
 
 @dataclass
@@ -201,23 +207,53 @@ def ddp_buckets(layers: Sequence[Layer], cap_mb: float = DDP_BUCKET_CAP_MB,
     return out
 
 
-def mercury_buckets(layers: Sequence[Layer], lanes: int,
-                    bucket_bytes: int = MERCURY_BUCKET_BYTES) -> List[Bucket]:
+def learned_ranks(layers: Sequence[Layer]) -> List[int]:
+    """mercuryd's ranks once it has the trainer's timings
+    (agent/src/learner/priorities.cpp): the forward pass of the layers with
+    parameters (the modules mercury.torch times) cut into NUM_RANKS equal
+    slices of time, each layer ranked by the slice it starts in."""
+    owners = [l for l in layers if l.nbytes]
+    total = sum(l.fwd_s for l in owners)
+    out, start = [], 0.0
+    for l in owners:
+        out.append(min(NUM_RANKS - 1, int(start * NUM_RANKS / total)) if total > 0 else 0)
+        start += l.fwd_s
+    return out
+
+
+def mercury_buckets(layers: Sequence[Layer], lanes: int, bucket_bytes: int = MERCURY_BUCKET_BYTES,
+                    lane_map: str = "index") -> List[Bucket]:
     """mercury.torch's buckets (optimizer.py, _finalize_layers): neighbouring
-    layers until bucket_bytes, never across lanes; lanes by layer index, as
-    before the agent's first ranks (which the bench's runs keep, see the trace)."""
+    layers until bucket_bytes, never across lanes of the ranks by index; then
+    each bucket on the most urgent lane ``lane_map`` gives its layers
+    (LANE_MAPS): "index" (lanes without priorities), "learned+bytes" (lanes
+    on mercury from mercury.torch's first resync on; the bench resyncs at the
+    end of its warm-up) or "learned" (the same before bytes counted)."""
+    if lane_map not in LANE_MAPS:
+        raise ValueError(f"unknown lane map {lane_map!r}; known: {LANE_MAPS}")
     owners = [i for i, l in enumerate(layers) if l.nbytes]
-    n = max(1, len(owners))
+    first = [rank_lane(r, lanes) for r in index_ranks(len(owners))]
     out: List[Bucket] = []
+    members: List[List[int]] = []
     size = 0
     for k, i in enumerate(owners):
-        lane = rank_lane(k * NUM_RANKS // n, lanes)
-        if not out or size >= bucket_bytes or lane != out[-1].lane:
-            out.append(Bucket([], 0, lane))
+        if not out or size >= bucket_bytes or first[k] != out[-1].lane:
+            out.append(Bucket([], 0, first[k]))
+            members.append([])
             size = 0
         out[-1].layers.append(i)
         out[-1].nbytes += layers[i].nbytes
+        members[-1].append(k)
         size += layers[i].nbytes
+    if lane_map != "index":
+        ranks = learned_ranks(layers)
+        first = [min(ranks[k] for k in ks) for ks in members]
+        if lane_map == "learned":
+            chosen = [rank_lane(r, lanes) for r in first]
+        else:
+            chosen = priority_lanes(first, [b.nbytes for b in out], lanes)
+        for b, lane in zip(out, chosen):
+            b.lane = lane
     return out
 
 
@@ -379,8 +415,10 @@ def simulate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: int
 def simulate_mode(mode: str, layers: Sequence[Layer], *, workers: int, rate_mbit: float,
                   step_latency_s: float, lanes: int = 8, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
                   ddp_first_bytes: int = DDP_FIRST_BUCKET_BYTES,
-                  bucket_bytes: int = MERCURY_BUCKET_BYTES, held_floor: Optional[HeldFloor] = None) -> SimResult:
-    """``held_floor``: the priority mode as a cwnd floor gives it (HeldFloor), not ideal."""
+                  bucket_bytes: int = MERCURY_BUCKET_BYTES, held_floor: Optional[HeldFloor] = None,
+                  lane_map: str = LANE_MAPS[-1]) -> SimResult:
+    """``held_floor``: the priority mode as a cwnd floor gives it (HeldFloor), not
+    ideal; ``lane_map``: the priority mode's (mercury_buckets)."""
     kw = dict(workers=workers, rate_mbit=rate_mbit)
     if mode == "ddp":
         return simulate(layers, ddp_buckets(layers, bucket_cap_mb, ddp_first_bytes), step_latency_s=step_latency_s,
@@ -389,7 +427,9 @@ def simulate_mode(mode: str, layers: Sequence[Layer], *, workers: int, rate_mbit
         return simulate(layers, mercury_buckets(layers, 1, bucket_bytes), step_latency_s=step_latency_s,
                         sharing="fair", synchronous=False, **kw)
     if mode in ("lanes-fair", "priority"):
-        return simulate(layers, mercury_buckets(layers, lanes, bucket_bytes), step_latency_s=step_latency_s,
+        return simulate(layers, mercury_buckets(layers, lanes, bucket_bytes,
+                                                lane_map=lane_map if mode == "priority" else "index"),
+                        step_latency_s=step_latency_s,
                         sharing="fair" if mode == "lanes-fair" else "priority", synchronous=False,
                         held_floor=held_floor if mode == "priority" else None, **kw)
     if mode == "bound":
@@ -548,7 +588,9 @@ def simulate_ps_mode(mode: str, layers: Sequence[Layer], *, workers: int, server
     if mode not in PS_MODES:
         raise ValueError(f"unknown ps mode {mode!r}; known: {PS_MODES}")
     n = 1 if mode == "ps-vanilla" else lanes
-    return simulate_ps(layers, mercury_buckets(layers, n, bucket_bytes), workers=workers, servers=servers,
+    return simulate_ps(layers, mercury_buckets(layers, n, bucket_bytes,
+                                               lane_map=LANE_MAPS[-1] if mode == "ps-full" else "index"),
+                       workers=workers, servers=servers,
                        rate_mbit=rate_mbit, sharing="priority" if mode == "ps-full" else "fair",
                        aggregation="tensor" if mode == "ps-vanilla" else "chunk", partition_bytes=partition_bytes)
 
@@ -573,6 +615,9 @@ def main() -> int:
     ap.add_argument("--bucket-cap-mb", type=float, default=DDP_BUCKET_CAP_MB)
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--json", action="store_true", help="one JSON line per workers and rate")
+    ap.add_argument("--lane-map", choices=LANE_MAPS, default=LANE_MAPS[-1],
+                    help="the priority mode's buckets on lanes: by the ranks by index, mercuryd's learned ranks, "
+                         "or those made more urgent by bytes (mercury.torch's, the default)")
     ap.add_argument("--held-floor", metavar="F,W0,W",
                     help="priority as a cwnd floor gives it: held lanes keep F packets in flight beside the top "
                          "lane's W0 (lane 0) or W (any other) packets; e.g. 2,60,4")
@@ -603,7 +648,7 @@ def main() -> int:
             for mode in modes:
                 r = simulate_mode(mode, layers, workers=workers, rate_mbit=rate,
                                   step_latency_s=args.step_latency_us / 1e6, lanes=args.lanes,
-                                  bucket_cap_mb=args.bucket_cap_mb, held_floor=held_floor)
+                                  bucket_cap_mb=args.bucket_cap_mb, held_floor=held_floor, lane_map=args.lane_map)
                 out[mode] = {"iteration_s": r.iteration_s, "forward_wait_s": r.forward_wait_s}
             if args.json:
                 print(json.dumps({"workers": workers, "rate_mbit": rate, "modes": out}))

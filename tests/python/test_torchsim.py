@@ -196,3 +196,37 @@ def test_ps_modes_keep_the_bound_and_priority_helps() -> None:
     assert min(t.values()) >= bound * (1 - 1e-9)
     assert t["ps-full"] <= t["ps-cubic"] + 1e-9 <= t["ps-vanilla"] + 2e-9
     assert t["ps-full"] < t["ps-vanilla"]
+
+
+def test_prioritized_lanes_keep_small_layers_from_queueing_behind_a_big_one() -> None:
+    # VGG-like: light convolutions, then a classifier layer far bigger than
+    # all of them. By index the last convolution shares the big layer's lane
+    # and, launched after it, waits for its whole ring; the prioritized map
+    # gives it a more urgent lane, so the forward pass reaches the big layer
+    # sooner (and never later).
+    model = layers([(0.02, 0.04, 20_000)] * 13 + [(0.002, 0.004, 3_000_000), (0.001, 0.001, 100_000)])
+    plain = torchsim.mercury_buckets(model, 8, 1)
+    prio = torchsim.mercury_buckets(model, 8, 1, lane_map="learned+bytes")
+    lane = {i: b.lane for b in plain for i in b.layers}
+    assert lane[12] == lane[13]
+    lane = {i: b.lane for b in prio for i in b.layers}
+    assert all(lane[i] < lane[13] for i in range(13))
+    before = torchsim.simulate(model, plain, workers=4, rate_mbit=RATE_MBIT, step_latency_s=0.0003,
+                               sharing="priority", synchronous=False)
+    after = torchsim.simulate(model, prio, workers=4, rate_mbit=RATE_MBIT, step_latency_s=0.0003,
+                              sharing="priority", synchronous=False)
+    assert after.iteration_s < before.iteration_s
+
+
+def test_a_bucket_is_placed_by_its_bytes_not_its_smallest_layer() -> None:
+    # With big buckets the last convolution and the big layer share one: the
+    # bucket queues as a whole, so it goes by its own bytes (a less urgent
+    # lane than every bucket before it), not by its small layer's.
+    model = layers([(0.02, 0.04, 20_000)] * 13 + [(0.002, 0.004, 3_000_000), (0.001, 0.001, 100_000)])
+    prio = torchsim.mercury_buckets(model, 8, 1 << 30, lane_map="learned+bytes")
+    big = next(b for b in prio if 13 in b.layers)
+    assert 12 in big.layers
+    assert all(b.lane < big.lane for b in prio if min(b.layers) < 12)
+    plain = torchsim.mercury_buckets(model, 8, 1 << 30)
+    kw = dict(workers=4, rate_mbit=RATE_MBIT, step_latency_s=0.0003, sharing="priority", synchronous=False)
+    assert torchsim.simulate(model, prio, **kw).iteration_s <= torchsim.simulate(model, plain, **kw).iteration_s

@@ -36,7 +36,7 @@ measured runs may fall on either side of every schedule but the bound.
 
 usage: torchsim.py PROFILE --workers N[,N...] --rate-mbit R[,R...] [--byte-divisor D]
                    [--compute-s S] [--step-latency-us U] [--lanes L] [--modes M,...]
-                   [--lane-map M] [--json]
+                   [--bucket-bytes B] [--lane-map M] [--json]
 PROFILE is in the simple format (`mercury-replay layers` prints it). Several
 workers or rates print a table with what ideal priority gains over fair
 lanes and over one lane.
@@ -613,6 +613,9 @@ def main() -> int:
     ap.add_argument("--step-latency-us", type=float, default=300.0)
     ap.add_argument("--lanes", type=int, default=8)
     ap.add_argument("--bucket-cap-mb", type=float, default=DDP_BUCKET_CAP_MB)
+    ap.add_argument("--bucket-bytes", type=int, default=MERCURY_BUCKET_BYTES,
+                    help="mercury.torch's bucket, bytes of the shrunk model (the bench's plain modes: "
+                         "262144 // the byte divisor)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--json", action="store_true", help="one JSON line per workers and rate")
     ap.add_argument("--lane-map", choices=LANE_MAPS, default=LANE_MAPS[-1],
@@ -623,8 +626,9 @@ def main() -> int:
                          "lane's W0 (lane 0) or W (any other) packets; e.g. 2,60,4")
     args = ap.parse_args()
     modes = args.modes.split(",")
-    if min(args.workers, default=0) < 2 or min(args.rate_mbit, default=0) <= 0 or args.byte_divisor < 1:
-        ap.error("need --workers >= 2, --rate-mbit > 0, --byte-divisor >= 1")
+    if (min(args.workers, default=0) < 2 or min(args.rate_mbit, default=0) <= 0 or args.byte_divisor < 1
+            or args.bucket_bytes < 1):
+        ap.error("need --workers >= 2, --rate-mbit > 0, --byte-divisor >= 1, --bucket-bytes >= 1")
     if any(m not in MODES for m in modes):
         ap.error(f"--modes: known modes are {','.join(MODES)}")
     held_floor = None
@@ -648,7 +652,8 @@ def main() -> int:
             for mode in modes:
                 r = simulate_mode(mode, layers, workers=workers, rate_mbit=rate,
                                   step_latency_s=args.step_latency_us / 1e6, lanes=args.lanes,
-                                  bucket_cap_mb=args.bucket_cap_mb, held_floor=held_floor, lane_map=args.lane_map)
+                                  bucket_cap_mb=args.bucket_cap_mb, bucket_bytes=args.bucket_bytes,
+                                  held_floor=held_floor, lane_map=args.lane_map)
                 out[mode] = {"iteration_s": r.iteration_s, "forward_wait_s": r.forward_wait_s}
             if args.json:
                 print(json.dumps({"workers": workers, "rate_mbit": rate, "modes": out}))

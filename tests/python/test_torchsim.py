@@ -230,3 +230,20 @@ def test_a_bucket_is_placed_by_its_bytes_not_its_smallest_layer() -> None:
     plain = torchsim.mercury_buckets(model, 8, 1 << 30)
     kw = dict(workers=4, rate_mbit=RATE_MBIT, step_latency_s=0.0003, sharing="priority", synchronous=False)
     assert torchsim.simulate(model, prio, **kw).iteration_s <= torchsim.simulate(model, plain, **kw).iteration_s
+
+
+def test_the_command_line_compares_lane_maps(tmp_path) -> None:
+    import json
+    import subprocess
+    profile = tmp_path / "tail.txt"
+    profile.write_text("".join(f"conv{i} 20 40 20000\n" for i in range(13)) + "fc6 2 4 3000000\nfc7 1 1 100000\n")
+    got = {}
+    for lane_map in torchsim.LANE_MAPS:
+        out = subprocess.run([sys.executable, os.path.join(TOP, "experiment", "torchsim.py"), str(profile),
+                              "--workers", "4", "--rate-mbit", "50", "--bucket-bytes", "1", "--modes", "priority",
+                              "--lane-map", lane_map, "--json"], capture_output=True, text=True, check=True).stdout
+        got[lane_map] = json.loads(out)["modes"]["priority"]["iteration_s"]
+    assert got["learned+bytes"] <= got["index"] and got["learned+bytes"] <= got["learned"]
+    bad = subprocess.run([sys.executable, os.path.join(TOP, "experiment", "torchsim.py"), str(profile),
+                          "--rate-mbit", "50", "--lane-map", "nope"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--lane-map" in bad.stderr

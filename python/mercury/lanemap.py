@@ -29,9 +29,10 @@ def priority_lanes(ranks: Sequence[int], nbytes: Sequence[int], lanes: int) -> L
     hold a model's big tail (VGG-16: the last convolutions behind the
     classifier's 411 MB fc6). Here a bucket also gets the rank of the slice
     of the model's bytes its middle falls in, and the more urgent of the
-    two: a big bucket then has a lane of its own or shares one only with
-    later buckets, and the small ones before it move to more urgent lanes
-    rather than queue behind it (doc/experiment.md, "The layer-to-lane map").
+    two. Both keep forward order, so the lanes do too; a big bucket spans
+    several slices of bytes, so the small buckets before it fall into
+    earlier ones and move to more urgent lanes rather than queue behind it
+    (doc/experiment.md, "The layer-to-lane map").
     """
     total = sum(nbytes)
     out = []

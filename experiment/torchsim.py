@@ -52,7 +52,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 from mercury.contract import NUM_RANKS, rank_lane  # noqa: E402
-from mercury.lanemap import index_ranks, priority_lanes  # noqa: E402
+from mercury.lanemap import bucket_lanes, index_ranks  # noqa: E402
 from mercury.ps import PARTITION_BYTES, place  # noqa: E402
 
 # Ethernet frame on the wire (tbf counts it) per TCP payload with timestamps.
@@ -232,13 +232,13 @@ def mercury_buckets(layers: Sequence[Layer], lanes: int, bucket_bytes: int = MER
     if lane_map not in LANE_MAPS:
         raise ValueError(f"unknown lane map {lane_map!r}; known: {LANE_MAPS}")
     owners = [i for i, l in enumerate(layers) if l.nbytes]
-    first = [rank_lane(r, lanes) for r in index_ranks(len(owners))]
+    by_index = [rank_lane(r, lanes) for r in index_ranks(len(owners))]
     out: List[Bucket] = []
     members: List[List[int]] = []
     size = 0
     for k, i in enumerate(owners):
-        if not out or size >= bucket_bytes or first[k] != out[-1].lane:
-            out.append(Bucket([], 0, first[k]))
+        if not out or size >= bucket_bytes or by_index[k] != out[-1].lane:
+            out.append(Bucket([], 0, by_index[k]))
             members.append([])
             size = 0
         out[-1].layers.append(i)
@@ -246,12 +246,8 @@ def mercury_buckets(layers: Sequence[Layer], lanes: int, bucket_bytes: int = MER
         members[-1].append(k)
         size += layers[i].nbytes
     if lane_map != "index":
-        ranks = learned_ranks(layers)
-        first = [min(ranks[k] for k in ks) for ks in members]
-        if lane_map == "learned":
-            chosen = [rank_lane(r, lanes) for r in first]
-        else:
-            chosen = priority_lanes(first, [b.nbytes for b in out], lanes)
+        chosen = bucket_lanes(learned_ranks(layers), [layers[i].nbytes for i in owners], members, lanes,
+                              prioritized=lane_map == "learned+bytes")
         for b, lane in zip(out, chosen):
             b.lane = lane
     return out

@@ -7,7 +7,7 @@ from typing import List, Sequence
 
 from mercury.contract import NUM_RANKS, rank_lane
 
-__all__ = ["index_ranks", "priority_lanes"]
+__all__ = ["index_ranks", "priority_lanes", "bucket_lanes"]
 
 
 def index_ranks(layers: int) -> List[int]:
@@ -42,3 +42,16 @@ def priority_lanes(ranks: Sequence[int], nbytes: Sequence[int], lanes: int) -> L
         out.append(rank_lane(min(rank, by_bytes), lanes))
         below += size
     return out
+
+
+def bucket_lanes(ranks: Sequence[int], nbytes: Sequence[int], buckets: Sequence[Sequence[int]], lanes: int,
+                 prioritized: bool) -> List[int]:
+    """Each bucket's lane, from its layers' ranks and bytes (``buckets``: the
+    layer indices of each, in forward order): the lane of its most urgent
+    rank; ``prioritized``, by priority_lanes with the bucket's own bytes, as
+    a bucket is what queues on a lane (placed by its smallest layer, a
+    bucket holding VGG-16's conv5_3 and fc6 would take lane 0)."""
+    first = [min(ranks[layer] for layer in b) for b in buckets]
+    if not prioritized:
+        return [rank_lane(r, lanes) for r in first]
+    return priority_lanes(first, [sum(nbytes[layer] for layer in b) for b in buckets], lanes)

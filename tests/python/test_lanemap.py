@@ -7,7 +7,7 @@ import random
 import pytest
 
 from mercury.contract import NUM_RANKS, rank_lane
-from mercury.lanemap import index_ranks, priority_lanes
+from mercury.lanemap import bucket_lanes, index_ranks, priority_lanes
 
 
 def test_index_ranks_spread_layers_in_order() -> None:
@@ -44,3 +44,12 @@ def test_never_less_urgent_than_the_rank(seed) -> None:
 def test_without_bytes_the_ranks_decide() -> None:
     assert priority_lanes([0, 3, 7], [0, 0, 0], 8) == [0, 3, 7]
     assert priority_lanes([0, 3, 7], [0, 0, 0], 2) == [0, 0, 1]
+
+
+def test_a_bucket_goes_by_its_own_bytes() -> None:
+    # Layers 2 (small) and 3 (big) in one bucket: its rank is layer 2's, its
+    # bytes the pair's, so it stays behind the small buckets before it.
+    ranks, nbytes = [0, 1, 6, 6], [10, 10, 10, 10_000]
+    assert bucket_lanes(ranks, nbytes, [[0], [1], [2, 3]], 8, prioritized=True) == [0, 0, 4]
+    assert priority_lanes(ranks, nbytes, 8)[2] == 0   # the small layer alone would take lane 0
+    assert bucket_lanes(ranks, nbytes, [[0], [1], [2, 3]], 8, prioritized=False) == [0, 1, 6]

@@ -40,7 +40,7 @@ from torch.overrides import TorchFunctionMode
 
 import mercury
 from mercury.contract import MAX_LANES, rank_lane
-from mercury.lanemap import index_ranks, priority_lanes
+from mercury.lanemap import bucket_lanes, index_ranks
 from mercury.torch._guard import GuardedGrad, guard
 from mercury.torch.lanes import Lanes, all_true
 from mercury.torch.ps import PARTITION_BYTES, PLACEMENTS, ServerLanes, default_job
@@ -360,11 +360,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._finalized = True
         self._layers = list(owned)
         names = {m: n for n, m in self.model.named_modules()}
+        self._layer_bytes = [_nbytes(owned[m]) for m in self._layers]
         if self._layers:   # else nothing is trained here: nothing to rank
-            self.client.declare_model([(names.get(m, "?") or "model", _nbytes(owned[m])) for m in self._layers])
+            self.client.declare_model([(names.get(m, "?") or "model", n)
+                                       for m, n in zip(self._layers, self._layer_bytes)])
             if len(self.lanes) > 1:
                 self.client.subscribe_ranks()
-        self._layer_bytes = [_nbytes(owned[m]) for m in self._layers]
         # Buckets never span two lanes of the ranks by index (mercuryd's
         # until it has timings); the lane map then moves whole buckets.
         by_index = [rank_lane(r, len(self.lanes)) for r in index_ranks(len(self._layers))]
@@ -771,15 +772,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._grad_time.clear()
 
     def _lanes_for(self, ranks: Sequence[int]) -> List[int]:
-        """Each layer's lane: its bucket's, from the bucket's most urgent rank
-        (and, prioritized, its bytes: a bucket is what queues on a lane)."""
+        """Each layer's lane: its bucket's (mercury.lanemap.bucket_lanes)."""
         layers = [sorted(set(b.layers)) for b in self._buckets]
-        first = [min(ranks[layer] for layer in ls) for ls in layers]
-        if self._prioritized:
-            lanes = priority_lanes(first, [sum(self._layer_bytes[layer] for layer in ls) for ls in layers],
-                                   len(self.lanes))
-        else:
-            lanes = [rank_lane(r, len(self.lanes)) for r in first]
+        lanes = bucket_lanes(ranks, self._layer_bytes, layers, len(self.lanes), self._prioritized)
         out = [0] * len(self._layers)
         for ls, lane in zip(layers, lanes):
             for layer in ls:

@@ -30,9 +30,11 @@ collectives one at a time, in launch order (Gloo's has two worker threads
 and may run two at once). The compute is the profile's,
 forward then backward; the optimizer's step is free. An iteration is the
 steady state: from one step's start to the next's, as the bench times it.
-Left out: what TCP adds (slow start, a standing queue, losses, how fast a
-held flow takes the link back) and the framework's own time per layer, so
-measured runs may fall on either side of every schedule but the bound.
+Every link also carries the ACKs of what it receives (ACK_PER_PAYLOAD).
+Left out: what else TCP adds (slow start, a standing queue, losses, how
+fast a held flow takes the link back) and the framework's own time per
+layer, so measured runs may fall on either side of every schedule but the
+bound.
 
 usage: torchsim.py PROFILE --workers N[,N...] --rate-mbit R[,R...] [--byte-divisor D]
                    [--compute-s S] [--step-latency-us U] [--lanes L] [--modes M,...]
@@ -57,6 +59,13 @@ from mercury.ps import PARTITION_BYTES, place  # noqa: E402
 
 # Ethernet frame on the wire (tbf counts it) per TCP payload with timestamps.
 WIRE_PER_PAYLOAD = 1514 / 1448
+# A link also carries the ACKs of what comes the other way: one 66-byte frame
+# per two full segments (delayed ACK), and in a ring or through servers a
+# worker receives as much as it sends. Measured on the bench's uplinks (tc's
+# byte and packet counters, BERT-base at 25 Mbit/s): 0.49 ACKs per data
+# frame, 2.1% of the bytes. The bound leaves it out: it must hold even for a
+# receiver that acknowledges less often.
+ACK_PER_PAYLOAD = 66 / (2 * 1448)
 DDP_FIRST_BUCKET_BYTES = 1 << 20      # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET_CAP_MB = 25
 MERCURY_BUCKET_BYTES = 256 << 10      # mercury.torch's DEFAULT_BUCKET_BYTES
@@ -64,6 +73,12 @@ MODES = ["ddp", "one-lane", "lanes-fair", "priority", "bound"]
 # How mercury.torch puts buckets on lanes (mercury_buckets); the priority
 # mode's default is the last, what it does on lanes on mercury.
 LANE_MAPS = ["index", "learned", "learned+bytes"]
+
+
+def payload_rate(rate_mbit: float, acks: bool = True) -> float:
+    """TCP payload bytes/s a link of ``rate_mbit`` carries one way, net of the
+    frames' headers and, with ``acks``, of the ACKs it carries the other way."""
+    return rate_mbit * 1e6 / 8 / (WIRE_PER_PAYLOAD + (ACK_PER_PAYLOAD if acks else 0.0))
 
 
 @dataclass
@@ -316,10 +331,12 @@ def _iterate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, clock: Calla
 
 def simulate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: int, rate_mbit: float,
              step_latency_s: float, sharing: str, synchronous: bool, held_floor: Optional[HeldFloor] = None,
-             iterations: int = 8,
+             acks: bool = True, iterations: int = 8,
              warmup: int = 3) -> SimResult:
-    """sharing: "fair" or "priority" between lanes; synchronous: DDP's step after every reduction."""
-    rate = rate_mbit * 1e6 / 8 / WIRE_PER_PAYLOAD          # payload bytes/s
+    """sharing: "fair" or "priority" between lanes; synchronous: DDP's step
+    after every reduction; acks: the link carries the ACKs of what the worker
+    receives (payload_rate)."""
+    rate = payload_rate(rate_mbit, acks)
     steps = 2 * (workers - 1)
     t = 0.0
     done: Dict[int, float] = {b: 0.0 for b in range(len(buckets))}   # last reduction's end, per bucket
@@ -431,7 +448,8 @@ def simulate_mode(mode: str, layers: Sequence[Layer], *, workers: int, rate_mbit
     if mode == "bound":
         owners = [i for i, l in enumerate(layers) if l.nbytes]
         per_layer = [Bucket([i], layers[i].nbytes, k) for k, i in enumerate(owners)]
-        return simulate(layers, per_layer, step_latency_s=0.0, sharing="priority", synchronous=False, **kw)
+        return simulate(layers, per_layer, step_latency_s=0.0, sharing="priority", synchronous=False, acks=False,
+                        **kw)
     raise ValueError(f"unknown mode {mode!r}; known: {MODES}")
 
 
@@ -482,8 +500,9 @@ def simulate_ps(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: 
     connections ("fair") or by strict priority of lanes ("priority"); every
     worker sends alike, so a server's link carries each of its partitions
     ``workers`` times. The forward pass of layer i waits for its bucket's
-    pulls. Left out: TCP, the server's and the framework's own time."""
-    rate = rate_mbit * 1e6 / 8 / WIRE_PER_PAYLOAD
+    pulls. Each link also carries the ACKs of the other way's data. Left
+    out: the rest of TCP, the server's and the framework's own time."""
+    rate = payload_rate(rate_mbit)
     parts = ps_parts(buckets, servers, partition_bytes)
     whole = aggregation == "tensor"
     # Links: worker 0's up and down, each server's down (pushes in) and up (pulls out).

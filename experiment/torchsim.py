@@ -71,8 +71,10 @@ DDP_BUCKET_CAP_MB = 25
 MERCURY_BUCKET_BYTES = 256 << 10      # mercury.torch's DEFAULT_BUCKET_BYTES
 MODES = ["ddp", "one-lane", "lanes-fair", "priority", "bound"]
 # How mercury.torch puts buckets on lanes (mercury_buckets); the priority
-# mode's default is the last, what it does on lanes on mercury.
-LANE_MAPS = ["index", "learned", "learned+bytes"]
+# mode's default is the last, what it does on lanes on mercury. "learned"
+# and "learned+bytes": what it did from its first resync on until the map
+# was fixed (mercuryd's ranks by forward time), kept for the comparison.
+LANE_MAPS = ["index", "learned", "learned+bytes", "index+bytes"]
 
 
 def payload_rate(rate_mbit: float, acks: bool = True) -> float:
@@ -241,9 +243,10 @@ def mercury_buckets(layers: Sequence[Layer], lanes: int, bucket_bytes: int = MER
     """mercury.torch's buckets (optimizer.py, _finalize_layers): neighbouring
     layers until bucket_bytes, never across lanes of the ranks by index; then
     each bucket on the most urgent lane ``lane_map`` gives its layers
-    (LANE_MAPS): "index" (lanes without priorities), "learned+bytes" (lanes
-    on mercury from mercury.torch's first resync on; the bench resyncs at the
-    end of its warm-up) or "learned" (the same before bytes counted)."""
+    (LANE_MAPS): "index" (lanes without priorities), "index+bytes" (lanes on
+    mercury: the ranks by index, a bucket moved to a more urgent lane by its
+    bytes), "learned+bytes" and "learned" (mercuryd's ranks by forward time,
+    with and without bytes: what lanes on mercury used to follow)."""
     if lane_map not in LANE_MAPS:
         raise ValueError(f"unknown lane map {lane_map!r}; known: {LANE_MAPS}")
     owners = [i for i, l in enumerate(layers) if l.nbytes]
@@ -261,8 +264,9 @@ def mercury_buckets(layers: Sequence[Layer], lanes: int, bucket_bytes: int = MER
         members[-1].append(k)
         size += layers[i].nbytes
     if lane_map != "index":
-        chosen = bucket_lanes(learned_ranks(layers), [layers[i].nbytes for i in owners], members, lanes,
-                              prioritized=lane_map == "learned+bytes")
+        ranks = index_ranks(len(owners)) if lane_map == "index+bytes" else learned_ranks(layers)
+        chosen = bucket_lanes(ranks, [layers[i].nbytes for i in owners], members, lanes,
+                              prioritized=lane_map.endswith("+bytes"))
         for b, lane in zip(out, chosen):
             b.lane = lane
     return out
@@ -634,8 +638,8 @@ def main() -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--json", action="store_true", help="one JSON line per workers and rate")
     ap.add_argument("--lane-map", choices=LANE_MAPS, default=LANE_MAPS[-1],
-                    help="the priority mode's buckets on lanes: by the ranks by index, mercuryd's learned ranks, "
-                         "or those made more urgent by bytes (mercury.torch's, the default)")
+                    help="the priority mode's buckets on lanes: by the ranks by index or by mercuryd's learned "
+                         "ranks, each alone or made more urgent by bytes (index+bytes: mercury.torch's, the default)")
     ap.add_argument("--held-floor", metavar="F,W0,W",
                     help="priority as a cwnd floor gives it: held lanes keep F packets in flight beside the top "
                          "lane's W0 (lane 0) or W (any other) packets; e.g. 2,60,4")

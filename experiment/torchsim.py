@@ -70,11 +70,10 @@ DDP_FIRST_BUCKET_BYTES = 1 << 20      # torch.distributed's _DEFAULT_FIRST_BUCKE
 DDP_BUCKET_CAP_MB = 25
 MERCURY_BUCKET_BYTES = 256 << 10      # mercury.torch's DEFAULT_BUCKET_BYTES
 MODES = ["ddp", "one-lane", "lanes-fair", "priority", "bound"]
-# How mercury.torch puts buckets on lanes (mercury_buckets); the priority
-# mode's default is the last, what it does on lanes on mercury. "learned"
-# and "learned+bytes": what it did from its first resync on until the map
-# was fixed (mercuryd's ranks by forward time), kept for the comparison.
+# How buckets go on lanes (mercury_buckets). PRIORITY_LANE_MAP is what
+# mercury.torch does on lanes on mercury from its first resync on.
 LANE_MAPS = ["index", "learned", "learned+bytes", "index+bytes"]
+PRIORITY_LANE_MAP = "learned+bytes"
 
 
 def payload_rate(rate_mbit: float, acks: bool = True) -> float:
@@ -243,10 +242,12 @@ def mercury_buckets(layers: Sequence[Layer], lanes: int, bucket_bytes: int = MER
     """mercury.torch's buckets (optimizer.py, _finalize_layers): neighbouring
     layers until bucket_bytes, never across lanes of the ranks by index; then
     each bucket on the most urgent lane ``lane_map`` gives its layers
-    (LANE_MAPS): "index" (lanes without priorities), "index+bytes" (lanes on
-    mercury: the ranks by index, a bucket moved to a more urgent lane by its
-    bytes), "learned+bytes" and "learned" (mercuryd's ranks by forward time,
-    with and without bytes: what lanes on mercury used to follow)."""
+    (LANE_MAPS): "index" (lanes without priorities), "learned+bytes" (lanes
+    on mercury from mercury.torch's first resync on: mercuryd's ranks by
+    forward time, a bucket moved to a more urgent lane by its bytes; the
+    bench resyncs at the end of its warm-up), "learned" (the same before
+    bytes counted) or "index+bytes" (the ranks by index and bytes: what
+    mercury.torch does before its first resync)."""
     if lane_map not in LANE_MAPS:
         raise ValueError(f"unknown lane map {lane_map!r}; known: {LANE_MAPS}")
     owners = [i for i, l in enumerate(layers) if l.nbytes]
@@ -433,7 +434,7 @@ def simulate_mode(mode: str, layers: Sequence[Layer], *, workers: int, rate_mbit
                   step_latency_s: float, lanes: int = 8, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
                   ddp_first_bytes: int = DDP_FIRST_BUCKET_BYTES,
                   bucket_bytes: int = MERCURY_BUCKET_BYTES, held_floor: Optional[HeldFloor] = None,
-                  lane_map: str = LANE_MAPS[-1]) -> SimResult:
+                  lane_map: str = PRIORITY_LANE_MAP) -> SimResult:
     """``held_floor``: the priority mode as a cwnd floor gives it (HeldFloor), not
     ideal; ``lane_map``: the priority mode's (mercury_buckets)."""
     kw = dict(workers=workers, rate_mbit=rate_mbit)
@@ -608,7 +609,7 @@ def simulate_ps_mode(mode: str, layers: Sequence[Layer], *, workers: int, server
         raise ValueError(f"unknown ps mode {mode!r}; known: {PS_MODES}")
     n = 1 if mode == "ps-vanilla" else lanes
     return simulate_ps(layers, mercury_buckets(layers, n, bucket_bytes,
-                                               lane_map=LANE_MAPS[-1] if mode == "ps-full" else "index"),
+                                               lane_map=PRIORITY_LANE_MAP if mode == "ps-full" else "index"),
                        workers=workers, servers=servers,
                        rate_mbit=rate_mbit, sharing="priority" if mode == "ps-full" else "fair",
                        aggregation="tensor" if mode == "ps-vanilla" else "chunk", partition_bytes=partition_bytes)
@@ -637,9 +638,10 @@ def main() -> int:
                          "262144 // the byte divisor)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--json", action="store_true", help="one JSON line per workers and rate")
-    ap.add_argument("--lane-map", choices=LANE_MAPS, default=LANE_MAPS[-1],
+    ap.add_argument("--lane-map", choices=LANE_MAPS, default=PRIORITY_LANE_MAP,
                     help="the priority mode's buckets on lanes: by the ranks by index or by mercuryd's learned "
-                         "ranks, each alone or made more urgent by bytes (index+bytes: mercury.torch's, the default)")
+                         "ranks, each alone or made more urgent by bytes "
+                         f"(default {PRIORITY_LANE_MAP}: mercury.torch's)")
     ap.add_argument("--held-floor", metavar="F,W0,W",
                     help="priority as a cwnd floor gives it: held lanes keep F packets in flight beside the top "
                          "lane's W0 (lane 0) or W (any other) packets; e.g. 2,60,4")

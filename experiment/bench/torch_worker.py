@@ -257,7 +257,11 @@ def run_mode(mode: str, args: argparse.Namespace, times) -> dict:
             # BytePS's partitions of the real model, divided like the tensors.
             ps = dict(backend="ps", servers=[f"{h}:{PS_PORTS[mode]}" for h in args.ps_hosts.split(",")],
                       partition_bytes=max(4, PS_PARTITION_BYTES // args.byte_divisor))
-        opt = mt.DistributedOptimizer(model, opt_base, lanes=lanes, congestion_control=cc, **ps, **bucket)
+        # The layer-to-lane map users train with from the first resync on
+        # (mercuryd's learned ranks; mercury.torch's default: step 10), in
+        # place from the end of the warm-up.
+        opt = mt.DistributedOptimizer(model, opt_base, lanes=lanes, congestion_control=cc,
+                                      resync_every=max(1, args.warmup), **ps, **bucket)
         if lanes > 1 and len(opt.lanes) != lanes:
             raise RuntimeError(f"{mode}: got {len(opt.lanes)} lanes: {opt.reason_single_lane}")
         net = model

@@ -1,11 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """Which lane each layer's gradients take: pure arithmetic, shared by
-mercury.torch and the bench's simulator (experiment/torchsim.py).
-
-mercury.torch places buckets by the ranks by index, made more urgent by
-their bytes (bucket_lanes). Ranks by forward time, as mercuryd learns
-them, put more buckets on the first lanes; in the simulator they lose on
-every profile (doc/experiment.md, "The layer-to-lane map")."""
+mercury.torch and the bench's simulator (experiment/torchsim.py)."""
 from __future__ import annotations
 
 from typing import List, Sequence

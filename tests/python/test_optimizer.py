@@ -43,32 +43,11 @@ def backward(model: nn.Module) -> None:
 @pytest.mark.parametrize("kw, error", [
     ({"lanes": 0}, ValueError), ({"lanes": 9}, ValueError), ({"lanes": 2.0}, TypeError),
     ({"bucket_bytes": 0}, ValueError), ({"bucket_bytes": "1"}, TypeError),
-    ({"agent_timeout": -1}, ValueError),
+    ({"resync_every": 0}, ValueError), ({"agent_timeout": -1}, ValueError),
 ])
 def test_bad_arguments(kw, error) -> None:
     with pytest.raises(error):
         make(net(), **kw)
-
-
-def test_resync_every_is_deprecated_and_changes_nothing() -> None:
-    # The layer-to-lane map is fixed at the first forward pass; a caller
-    # that still passes resync_every is told, and trains as before.
-    with pytest.warns(DeprecationWarning, match="resync_every"):
-        opt = make(net(), resync_every=10)
-    plain = make(net())
-    try:
-        for o in (opt, plain):
-            for _ in range(3):
-                o.zero_grad()
-                backward(o.model)
-                o.step()
-            o.synchronize()
-        for a, b in zip(opt.model.parameters(), plain.model.parameters()):
-            assert torch.equal(a, b)
-        assert opt.layer_lanes() == plain.layer_lanes()
-    finally:
-        opt.close()
-        plain.close()
 
 
 def test_bad_model_and_optimizer() -> None:

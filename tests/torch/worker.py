@@ -69,8 +69,8 @@ def check_lanes(opt: mt.DistributedOptimizer, ctl: str) -> str:
     """Every lane socket is in the datapath's flow table at its lane's rank."""
     if len(opt.lanes) < 2:
         return f"single lane: {opt.reason_single_lane}"
-    # The ranks by index, made more urgent by bytes, whatever mercuryd
-    # learned meanwhile (SmallNet: [0, 1, 2, 4, 5, 6] by index alone).
+    # Before the first resync: the ranks by index, made more urgent by bytes
+    # (SmallNet's classifier: [0, 1, 2, 4, 5, 6] by index alone).
     want_lanes = priority_lanes(index_ranks(len(opt._layers)), opt._layer_bytes, len(opt.lanes))
     if opt.layer_lanes() != want_lanes:
         return f"layer lanes {opt.layer_lanes()}, want {want_lanes}"

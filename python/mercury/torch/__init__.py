@@ -18,8 +18,7 @@ both, with DDP's result:
   is applied just before its next forward pass. The kernel sends the urgent
   lanes first.
 * **Timings**: hooks time each layer's forward and backward pass and report
-  them to mercuryd. Each layer's lane is fixed at the first forward pass
-  (:mod:`mercury.lanemap`: its rank by index, more urgent by its bytes).
+  them to mercuryd, whose learned ranks decide each layer's lane.
 
 Without mercuryd, libmercury or the congestion control it trains correctly
 on a single lane, with one warning.

@@ -53,7 +53,7 @@ __all__ = ["DistributedOptimizer", "DEFAULT_LANES", "DEFAULT_BUCKET_BYTES", "DEF
 # the same lane (seen in the bench-torch timeline with 4 lanes).
 DEFAULT_LANES = 8
 DEFAULT_BUCKET_BYTES = 256 << 10
-DEFAULT_RESYNC_EVERY = 10   # deprecated: resync_every has no effect
+DEFAULT_RESYNC_EVERY = 10
 _BUFFER_BROADCAST_BYTES = 256 << 20   # DDP's default for its coalesced buffer broadcast
 
 # model -> its DistributedOptimizer, so a second one on the same model is refused
@@ -141,9 +141,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
             ``$MERCURY_JOB`` (else "torch") at socket ``$MERCURY_SOCKET``.
         bucket_bytes: neighbouring layers are reduced together until a bucket
             holds at least this many bytes of gradients.
-        resync_every: deprecated, no effect. The layer-to-lane map is fixed
-            at the first forward pass (:mod:`mercury.lanemap`); it used to
-            follow mercuryd's learned ranks every so many steps.
+        resync_every: every so many steps, worker 0's learned ranks are
+            broadcast and become every worker's layer-to-lane map (lanes on
+            mercury only: without priorities, layers stay spread by index).
         agent_timeout: seconds to wait for mercuryd at start-up.
         broadcast_buffers: as DDP's: worker 0's buffers (BatchNorm's running
             statistics) are broadcast before a forward pass, when DDP would.
@@ -177,7 +177,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
                  lanes: int = DEFAULT_LANES, congestion_control: Optional[str] = "mercury",
                  client: Optional[mercury.Client] = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                 resync_every: Optional[int] = None, agent_timeout: float = 2.0,
+                 resync_every: int = DEFAULT_RESYNC_EVERY, agent_timeout: float = 2.0,
                  broadcast_buffers: bool = True, backend: str = "allreduce", servers: Sequence[str] = (),
                  secret: Optional[str] = None, placement: str = "balanced",
                  partition_bytes: int = PARTITION_BYTES, server_timeout: float = 120.0) -> None:
@@ -191,14 +191,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if isinstance(optimizer, torch.optim.LBFGS):
             raise TypeError("mercury.torch: LBFGS re-evaluates the model in step(closure); not supported")
         for name, value, low, high in (("lanes", lanes, 1, MAX_LANES), ("bucket_bytes", bucket_bytes, 1, None),
+                                       ("resync_every", resync_every, 1, None),
                                        ("partition_bytes", partition_bytes, 4, None)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"mercury.torch: {name} must be an int, not {type(value).__name__}")
             if value < low or (high is not None and value > high):
                 raise ValueError(f"mercury.torch: {name} must be {low}..{high or ''}, not {value}")
-        if resync_every is not None:
-            warnings.warn("mercury.torch: resync_every is deprecated and has no effect: the layer-to-lane map "
-                          "is fixed at the first forward pass", DeprecationWarning, stacklevel=2)
         if agent_timeout < 0:
             raise ValueError(f"mercury.torch: agent_timeout must be >= 0, not {agent_timeout}")
         if backend not in ("allreduce", "ps"):
@@ -221,6 +219,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.world = dist.get_world_size()
         self.rank = dist.get_rank()
         self.bucket_bytes = bucket_bytes
+        self.resync_every = resync_every
         self.broadcast_buffers = broadcast_buffers
         self.backend = backend
         self._ps_options = dict(secret=secret, placement=placement, partition_bytes=partition_bytes,
@@ -365,10 +364,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self._layers:   # else nothing is trained here: nothing to rank
             self.client.declare_model([(names.get(m, "?") or "model", n)
                                        for m, n in zip(self._layers, self._layer_bytes)])
-        # Buckets never span two lanes of the ranks by index; on prioritized
-        # lanes the map then moves whole buckets to more urgent lanes by
-        # their bytes (mercury.lanemap). Layer counts and bytes are the same
-        # on every worker, so every worker builds the same map, once.
+            if len(self.lanes) > 1:
+                self.client.subscribe_ranks()
+        # Buckets never span two lanes of the ranks by index (mercuryd's
+        # until it has timings); the lane map then moves whole buckets.
         by_index = [rank_lane(r, len(self.lanes)) for r in index_ranks(len(self._layers))]
         bucket: Optional[_Bucket] = None
         size = 0
@@ -385,7 +384,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             bucket.layers += [layer] * len(params)
             size += _nbytes(params)
             self._bucket_of_module[m] = bucket
-        self._place_buckets()
+        self._set_lanes(self._lanes_for(index_ranks(len(self._layers))))
         if self.backend == "ps":
             self._connect_servers()
         in_buckets = {id(p) for b in self._buckets for p in b.params}
@@ -694,6 +693,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._step_params([[p for b in now for p in b.group_params[g]] for g in range(len(settings))], None)
         self.iteration += 1
         self._report_timings()
+        if self._prioritized and self.iteration % self.resync_every == 0:
+            self._resync_lanes()
 
     def synchronize(self) -> None:
         """Waits for every reduction and applies every deferred step: after
@@ -770,14 +771,27 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._fwd_us.clear()
         self._grad_time.clear()
 
-    def _place_buckets(self) -> None:
-        """Each bucket's lane (mercury.lanemap.bucket_lanes on the ranks by
-        index) and each layer's, its bucket's."""
-        members = [sorted(set(b.layers)) for b in self._buckets]
-        lanes = bucket_lanes(index_ranks(len(self._layers)), self._layer_bytes, members, len(self.lanes),
-                             self._prioritized)
-        self._layer_lane = [0] * len(self._layers)
-        for b, layers, lane in zip(self._buckets, members, lanes):
-            b.lane = lane
-            for layer in layers:
-                self._layer_lane[layer] = lane
+    def _lanes_for(self, ranks: Sequence[int]) -> List[int]:
+        """Each layer's lane: its bucket's (mercury.lanemap.bucket_lanes)."""
+        layers = [sorted(set(b.layers)) for b in self._buckets]
+        lanes = bucket_lanes(ranks, self._layer_bytes, layers, len(self.lanes), self._prioritized)
+        out = [0] * len(self._layers)
+        for ls, lane in zip(layers, lanes):
+            for layer in ls:
+                out[layer] = lane
+        return out
+
+    def _resync_lanes(self) -> None:
+        n = len(self._layers)
+        lanes = torch.tensor(self._layer_lane, dtype=torch.int32)
+        if self.rank == 0:
+            ranks = self.client.layer_ranks()
+            if ranks is not None and len(ranks.ranks) == n:
+                lanes = torch.tensor(self._lanes_for(ranks.ranks), dtype=torch.int32)
+        dist.broadcast(lanes, src=0)
+        self._set_lanes(lanes.tolist())
+
+    def _set_lanes(self, layer_lanes: List[int]) -> None:
+        self._layer_lane = layer_lanes
+        for b in self._buckets:
+            b.lane = min(layer_lanes[layer] for layer in b.layers)

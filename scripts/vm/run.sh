@@ -12,6 +12,11 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
+if [ $# -lt 2 ]; then
+	echo "usage: [MERCURY_VM_TESTS=a,b [MERCURY_VM_REPEAT=N]] run.sh SUITE INITRAMFS [LOG]" >&2
+	echo "  e.g. run.sh demo build/initramfs.cpio.gz (make kmod-guest guest builds it)" >&2
+	exit 2
+fi
 suite=$1 initrd=$2 log=${3:-$top/build/vm-$suite.log}
 
 case ${MERCURY_VM_TESTS:-} in *[!a-z0-9_,]*)

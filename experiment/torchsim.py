@@ -251,7 +251,8 @@ def mercury_buckets(layers: Sequence[Layer], lanes: int, bucket_bytes: int = MER
     if lane_map not in LANE_MAPS:
         raise ValueError(f"unknown lane map {lane_map!r}; known: {LANE_MAPS}")
     owners = [i for i, l in enumerate(layers) if l.nbytes]
-    by_index = [rank_lane(r, lanes) for r in index_ranks(len(owners))]
+    ranks_by_index = index_ranks(len(owners))
+    by_index = [rank_lane(r, lanes) for r in ranks_by_index]
     out: List[Bucket] = []
     members: List[List[int]] = []
     size = 0
@@ -265,7 +266,7 @@ def mercury_buckets(layers: Sequence[Layer], lanes: int, bucket_bytes: int = MER
         members[-1].append(k)
         size += layers[i].nbytes
     if lane_map != "index":
-        ranks = index_ranks(len(owners)) if lane_map == "index+bytes" else learned_ranks(layers)
+        ranks = ranks_by_index if lane_map == "index+bytes" else learned_ranks(layers)
         chosen = bucket_lanes(ranks, [layers[i].nbytes for i in owners], members, lanes,
                               prioritized=lane_map.endswith("+bytes"))
         for b, lane in zip(out, chosen):

@@ -34,8 +34,6 @@ SIM_TOLERANCE = 0.10
 CLIP_MODES = [m + "-clip" for m in MODES]
 # mercury.torch's modes: their waits say what the framework's own time is.
 MERCURY_TORCH_MODES = {"one-lane", "lanes-cubic", "full"}
-# Ethernet frame on the wire (tbf counts it) per TCP payload with timestamps.
-WIRE_PER_PAYLOAD = 1514 / 1448
 # Two-sided 95% Student t quantiles by degrees of freedom.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
        10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}
@@ -62,7 +60,8 @@ def lower_bound(run: dict, share: Optional[float] = None) -> Tuple[float, float]
     n = run["workers"]
     if share is None:
         share = 2 * (n - 1) / n
-    comm = share * run["model_bytes"] * WIRE_PER_PAYLOAD * 8 / (run["rate_mbit"] * 1e6)
+    # No ACKs: a bound must hold for a receiver that acknowledges less often.
+    comm = share * run["model_bytes"] / torchsim.payload_rate(run["rate_mbit"], acks=False)
     return max(run["compute_s"] or 0.0, comm), comm
 
 
@@ -231,7 +230,7 @@ def main() -> int:
         if label.startswith("emulated") and "full" in point["modes"]:
             point["targets"] = targets(point)
     table = "\n".join(lines)
-    notes = [f"bound = the larger of max(compute, 2(N-1)/N x model bytes x {WIRE_PER_PAYLOAD:.4f} / rate) and the "
+    notes = [f"bound = the larger of max(compute, 2(N-1)/N x model bytes x {torchsim.WIRE_PER_PAYLOAD:.4f} / rate) and the "
              "simulator's bound (per-layer reductions, no step latency, ideal priority, layer dependencies kept); "
              "simulated = torchsim's schedule of the mode (ddp, one-lane, lanes-fair for lanes-cubic, priority for "
              "full) with the ring step latency measured in the run, on the compute the workers spent besides "

@@ -25,6 +25,9 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import loops as training_loops  # noqa: E402  (its LOOPS: the one list of loops)
+
 PYTHON = "/usr/bin/python3"   # Debian's, the one with torch
 TOLERANCE = 1e-5
 passed = failed = 0
@@ -85,12 +88,9 @@ def logged_difference(a: List[float], b: List[float]) -> float:
     return max([abs(x - y) / (abs(y) or 1.0) for x, y in zip(a, b)], default=0.0)
 
 
-# Loops (tests/torch/loops.py) and their limits; those whose result depends
-# on the reduction also run with 4 workers.
-LOOPS = {name: TOLERANCE for name in (
-    "accumulate", "accumulate-no-sync", "clip-plain", "clip-method", "grad-norm-read", "schedulers",
-    "param-groups", "zero-grad-none", "zero-grad-zeros", "model-zero-grad", "called-twice",
-    "attention-out-proj", "tied-weights", "frozen", "unused-parameters", "checkpoint", "dataloader")}
+# Every loop of tests/torch/loops.py, with its limit; those whose result
+# depends on the reduction also run with 4 workers.
+LOOPS = {name: TOLERANCE for name in training_loops.LOOPS}
 LOOPS["autocast-bf16"] = 1e-2   # bf16's precision
 FOUR_WORKERS = ("accumulate", "accumulate-no-sync", "clip-plain", "clip-method", "grad-norm-read",
                 "unused-parameters")

@@ -299,6 +299,11 @@ def loop_autocast(mode: str, gen: torch.Generator) -> Tuple[nn.Module, List[floa
     return r.model, []
 
 
+def channels_last_images(gen: torch.Generator, n: int = 8) -> Tuple[torch.Tensor, torch.Tensor]:
+    x, y = images(gen, n)
+    return x.contiguous(memory_format=torch.channels_last), y
+
+
 LOOPS: Dict[str, Callable[[str, torch.Generator], Tuple[nn.Module, List[float]]]] = {
     "accumulate": lambda m, g: loop_accumulate(m, g, use_no_sync=False),
     "accumulate-no-sync": lambda m, g: loop_accumulate(m, g, use_no_sync=True),
@@ -318,6 +323,9 @@ LOOPS: Dict[str, Callable[[str, torch.Generator], Tuple[nn.Module, List[float]]]
     "checkpoint": loop_checkpoint,
     "dataloader": loop_dataloader,
     "autocast-bf16": loop_autocast,
+    # Conv weights (and so their gradients) in channels_last: strides unlike the flat bucket's.
+    "channels-last": lambda m, g: loop_plain(m, g, model=SmallNet().to(memory_format=torch.channels_last),
+                                             batch=channels_last_images),
 }
 
 

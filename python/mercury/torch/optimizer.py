@@ -93,6 +93,8 @@ class _Bucket:
     used: List[bool] = field(default_factory=list)   # a gradient arrived since the last launch
     work: Optional[Any] = None                  # the async all-reduce
     flat: Optional[torch.Tensor] = None         # gradients / world, then one used-flag per param
+    slots: List[torch.Tensor] = field(default_factory=list)   # each param's gradient in flat
+    flags: Optional[torch.Tensor] = None        # the used-flags in flat
     real: List[torch.Tensor] = field(default_factory=list)   # p.grad at launch (zeros if it was None)
     was_none: List[bool] = field(default_factory=list)
     guards: List[GuardedGrad] = field(default_factory=list)
@@ -518,13 +520,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _launch(self, b: _Bucket) -> None:
         if b.state is not _State.IDLE:
             self._release(b)   # a reduction this backward did not touch: in place first
+        if b.flat is None:
+            self._allocate(b)
         b.was_none = [p.grad is None for p in b.params]
         b.real = [p.grad if p.grad is not None else torch.zeros_like(p) for p in b.params]
-        n = sum(t.numel() for t in b.real)
-        flat = torch.cat([t.reshape(-1) for t in b.real] + [torch.tensor(b.used, dtype=b.real[0].dtype)])
-        flat[:n].mul_(1.0 / self.world)  # as DDP: scale, then sum
-        b.flat = flat
-        b.work = self.lanes.reduce(b.index, flat, b.lane)
+        scale = 1.0 / self.world
+        for t, slot in zip(b.real, b.slots):
+            torch.mul(t, scale, out=slot)   # as DDP: scale, then sum
+        if all(b.used):
+            b.flags.fill_(1)
+        else:
+            b.flags.copy_(torch.tensor(b.used, dtype=b.flags.dtype))
+        b.work = self.lanes.reduce(b.index, b.flat, b.lane)
         # Every parameter's p.grad is guarded, None ones too: under DDP they
         # hold the average once it is in place.
         b.guards = [guard(t, lambda b=b: self._release(b), lambda b=b, i=i: self._zero_later(b, i))
@@ -535,8 +542,23 @@ class DistributedOptimizer(torch.optim.Optimizer):
         b.state = _State.REDUCING
         if self._trace_file:
             b.trace = {"iteration": self.iteration, "bucket": b.index, "lane": b.lane,
-                       "bytes": n * flat.element_size(), "launch": time.perf_counter()}
+                       "bytes": (b.flat.numel() - len(b.params)) * b.flat.element_size(),
+                       "launch": time.perf_counter()}
             self.lanes.when_done(b.work, lambda t=b.trace: t.__setitem__("done", time.perf_counter()))
+
+    @staticmethod
+    def _allocate(b: _Bucket) -> None:
+        """The bucket's flat buffer, kept from launch to launch (as DDP's
+        buckets are): a fresh one per launch cost an allocation and a second
+        pass over the gradients, on backward's critical path."""
+        p0 = b.params[0]
+        b.flat = torch.empty(sum(p.numel() for p in b.params) + len(b.params), dtype=p0.dtype, device=p0.device)
+        offset = 0
+        b.slots = []
+        for p in b.params:
+            b.slots.append(b.flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        b.flags = b.flat[offset:]
 
     # -- bringing a bucket's reduction into place ---------------------------
 
@@ -560,16 +582,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _averaged(self, b: _Bucket) -> List[Optional[torch.Tensor]]:
         """Each parameter's gradient after the reduction: the average where
         any worker used it, else what it was (DDP leaves those untouched)."""
-        flags = b.flat[-len(b.params):].tolist()
         out: List[Optional[torch.Tensor]] = []
-        offset = 0
-        for i, p in enumerate(b.params):
-            n = p.numel()
-            if flags[i] > 0.5:
-                out.append(b.real[i].copy_(b.flat[offset:offset + n].view_as(p)))
+        for i, flag in enumerate(b.flags.tolist()):
+            if flag > 0.5:
+                out.append(b.real[i].copy_(b.slots[i]))
             else:
                 out.append(None if b.was_none[i] else b.real[i])
-            offset += n
         return out
 
     def _settle(self, b: _Bucket) -> None:
@@ -607,7 +625,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._clear(c)
 
     def _clear(self, b: _Bucket) -> None:
-        b.work = b.flat = b.settings = None
+        b.work = b.settings = None   # b.flat is kept for the next launch
         b.real, b.was_none, b.guards = [], [], []
         b.zero_after = [False] * len(b.params)
         b.state = _State.IDLE

@@ -299,10 +299,28 @@ class HeldFloor:
     packets if the top lane is lane 0, else ``other_window``), and the link is
     shared in proportion to packets in flight (bench-torch's BERT-base trace:
     a 2-packet floor, rank 0 at 50-85 packets, rank 1 at 3-5 held down by its
-    delay threshold)."""
+    delay threshold).
+
+    ``other_window`` 0: as the datapath holds today (include/mercury/cc_core.h):
+    only the held lane next in line keeps ``packets``, the others
+    FAR_FLOOR_PACKETS (mercury_held_floor), and a top lane other than lane 0
+    keeps PREEMPT_SHARE times the held lanes' floors (mercury_preempt_window),
+    so two thirds of what is in flight."""
     packets: int
     rank0_window: int
     other_window: int
+
+    def windows(self, top: int, held_lanes: Sequence[int]) -> Tuple[float, Dict[int, float]]:
+        """The top lane's window and each held lane's, in packets."""
+        if self.other_window:
+            return (self.rank0_window if top == 0 else self.other_window), {h: self.packets for h in held_lanes}
+        nearest = min(held_lanes)
+        floors = {h: float(self.packets if h == nearest else FAR_FLOOR_PACKETS) for h in held_lanes}
+        return (self.rank0_window if top == 0 else PREEMPT_SHARE * sum(floors.values())), floors
+
+
+FAR_FLOOR_PACKETS = 1   # MERCURY_FAR_FLOOR
+PREEMPT_SHARE = 2       # MERCURY_PREEMPT_SHARE
 
 
 def _iterate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, clock: Callable[[], float],
@@ -374,9 +392,9 @@ def simulate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, workers: int
             held = [r for r in sending if r.lane != top]
             sending = [r for r in sending if r.lane == top]
             if held_floor and held:
-                window = held_floor.rank0_window if top == 0 else held_floor.other_window
-                total = window + held_floor.packets * len(held)
-                out = {r: held_floor.packets / total for r in held}
+                window, floors = held_floor.windows(top, [r.lane for r in held])
+                total = window + sum(floors[r.lane] for r in held)
+                out = {r: floors[r.lane] / total for r in held}
                 out.update({r: window / total / len(sending) for r in sending})
                 return out
         return {r: 1.0 / len(sending) for r in sending}
@@ -645,7 +663,9 @@ def main() -> int:
                          f"(default {PRIORITY_LANE_MAP}: mercury.torch's)")
     ap.add_argument("--held-floor", metavar="F,W0,W",
                     help="priority as a cwnd floor gives it: held lanes keep F packets in flight beside the top "
-                         "lane's W0 (lane 0) or W (any other) packets; e.g. 2,60,4")
+                         "lane's W0 (lane 0) or W (any other) packets; e.g. 2,60,4. W 0: as the datapath "
+                         "does, F for the held lane next in line, 1 for the rest, and twice their floors "
+                         "for a top lane other than lane 0")
     args = ap.parse_args()
     modes = args.modes.split(",")
     if (min(args.workers, default=0) < 2 or min(args.rate_mbit, default=0) <= 0 or args.byte_divisor < 1
@@ -659,8 +679,8 @@ def main() -> int:
             f, w0, w = (int(v) for v in args.held_floor.split(","))
         except ValueError:
             ap.error("--held-floor takes F,W0,W (packets)")
-        if f < 1 or w0 < 1 or w < 1:
-            ap.error("--held-floor: every value >= 1 packet")
+        if f < 1 or w0 < 1 or w < 0:
+            ap.error("--held-floor: F and W0 >= 1 packet, W >= 0 (0: the datapath's preempt window)")
         held_floor = HeldFloor(f, w0, w)
     layers = bench_layers(read_profile(args.profile), args.byte_divisor, args.compute_s)
     table = len(args.workers) > 1 or len(args.rate_mbit) > 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import sys
 import warnings
 
@@ -169,6 +170,33 @@ def test_a_held_floor_costs_priority_between_ideal_and_fair() -> None:
     narrow = torchsim.simulate_mode("priority", model, held_floor=torchsim.HeldFloor(2, 60, 4), **kw).iteration_s
     assert ideal <= wide < narrow < fair
     assert wide < ideal * 1.01
+
+
+def test_the_datapaths_floors_next_in_line_one_packet_beyond_and_two_thirds_for_the_top() -> None:
+    # W 0: as include/mercury/cc_core.h holds (mercury_held_floor,
+    # mercury_preempt_window): the held lane next in line keeps the floor,
+    # those behind it one packet, a top lane other than lane 0 twice their sum.
+    hf = torchsim.HeldFloor(2, 60, 0)
+    window, floors = hf.windows(1, [5, 2, 3])
+    assert floors == {2: 2, 3: 1, 5: 1}
+    assert window == 2 * (2 + 1 + 1)
+    assert window / (window + sum(floors.values())) == 2 / 3
+    assert hf.windows(0, [4])[0] == 60
+    # The constants are the datapath's own.
+    with open(os.path.join(TOP, "include", "mercury", "cc_core.h")) as f:
+        core = f.read()
+    assert re.search(r"#define MERCURY_FAR_FLOOR\s+(\d+)", core).group(1) == str(torchsim.FAR_FLOOR_PACKETS)
+    assert re.search(r"#define MERCURY_PREEMPT_SHARE\s+(\d+)", core).group(1) == str(torchsim.PREEMPT_SHARE)
+    # A fixed W keeps the old meaning: every held lane F, the top W.
+    assert torchsim.HeldFloor(2, 60, 4).windows(3, [4, 6]) == (4, {4: 2, 6: 2})
+    # In a schedule: between ideal priority and a top lane at a fixed 4 packets
+    # (a third of five held lanes' floors at 2).
+    model = layers([(0.001, 0.001, 2_000_000)] + [(0.02, 0.04, 300_000)] * 12)
+    kw = dict(workers=4, rate_mbit=RATE_MBIT, step_latency_s=0.0003)
+    ideal = torchsim.simulate_mode("priority", model, **kw).iteration_s
+    datapath = torchsim.simulate_mode("priority", model, held_floor=hf, **kw).iteration_s
+    narrow = torchsim.simulate_mode("priority", model, held_floor=torchsim.HeldFloor(2, 60, 4), **kw).iteration_s
+    assert ideal < datapath < narrow
 
 
 def test_ps_one_bucket_pipelines_its_pull_with_chunk_aggregation() -> None:

@@ -292,6 +292,10 @@ class SimResult:
     forward_wait_s: float = 0.0   # per iteration, steady state
 
 
+FAR_FLOOR_PACKETS = 1   # MERCURY_FAR_FLOOR
+PREEMPT_SHARE = 2       # MERCURY_PREEMPT_SHARE
+
+
 @dataclass(frozen=True)
 class HeldFloor:
     """Priority as a cwnd floor gives it, not ideally: each held lane with data
@@ -313,14 +317,13 @@ class HeldFloor:
     def windows(self, top: int, held_lanes: Sequence[int]) -> Tuple[float, Dict[int, float]]:
         """The top lane's window and each held lane's, in packets."""
         if self.other_window:
-            return (self.rank0_window if top == 0 else self.other_window), {h: self.packets for h in held_lanes}
-        nearest = min(held_lanes)
-        floors = {h: float(self.packets if h == nearest else FAR_FLOOR_PACKETS) for h in held_lanes}
-        return (self.rank0_window if top == 0 else PREEMPT_SHARE * sum(floors.values())), floors
-
-
-FAR_FLOOR_PACKETS = 1   # MERCURY_FAR_FLOOR
-PREEMPT_SHARE = 2       # MERCURY_PREEMPT_SHARE
+            floors = {h: float(self.packets) for h in held_lanes}
+            other = float(self.other_window)
+        else:
+            nearest = min(held_lanes)
+            floors = {h: float(self.packets if h == nearest else FAR_FLOOR_PACKETS) for h in held_lanes}
+            other = PREEMPT_SHARE * sum(floors.values())
+        return (self.rank0_window if top == 0 else other), floors
 
 
 def _iterate(layers: Sequence[Layer], buckets: Sequence[Bucket], *, clock: Callable[[], float],
@@ -664,8 +667,8 @@ def main() -> int:
     ap.add_argument("--held-floor", metavar="F,W0,W",
                     help="priority as a cwnd floor gives it: held lanes keep F packets in flight beside the top "
                          "lane's W0 (lane 0) or W (any other) packets; e.g. 2,60,4. W 0: as the datapath "
-                         "does, F for the held lane next in line, 1 for the rest, and twice their floors "
-                         "for a top lane other than lane 0")
+                         f"does, F for the held lane next in line, {FAR_FLOOR_PACKETS} for the rest, and "
+                         f"{PREEMPT_SHARE} times their floors for a top lane other than lane 0")
     args = ap.parse_args()
     modes = args.modes.split(",")
     if (min(args.workers, default=0) < 2 or min(args.rate_mbit, default=0) <= 0 or args.byte_divisor < 1

@@ -307,12 +307,16 @@ MERCURY_HOOK void mercury_on_acked(struct sock *sk, struct mercury_sock *ca,
 		mercury_store(tp, ca, &w);
 		MERCURY_COUNT(&x, CWND_FIXUPS);
 	}
-	/* Delay seen while holding others is their queue draining. */
+	/*
+	 * Delay seen while holding others is their queue draining. In CWR and
+	 * Recovery PRR owns ssthresh: lowered under it, its next step can set
+	 * cwnd to 0 or below (tcp_snd_cwnd_set WARNs; seen in jobs_flow_count).
+	 */
 	if (rtt_us > 0 &&
 	    mercury_slow_start_done(&ca->ss, mercury_snd_cwnd(tp), tp->snd_ssthresh,
 				    rtt_us, mercury_min_rtt(tp), tp->snd_una,
 				    tp->snd_nxt) &&
-	    !held_ranks)
+	    !held_ranks && !mercury_in_reduction(sk))
 		tp->snd_ssthresh = mercury_snd_cwnd(tp);
 	if (ca->rank >= MERCURY_NUM_RANKS) {
 		if (ca->flags & MERCURY_F_HELD)	/* lost its rank while held */

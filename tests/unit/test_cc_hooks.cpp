@@ -375,6 +375,23 @@ TEST_CASE("hooks: loss, recovery and undo follow the shared rules", "[hooks]")
     CHECK(mercury_on_undo_cwnd(&s, mercury_ca(&s)) == s.tp.snd_cwnd);
 }
 
+TEST_CASE("hooks: delay ends slow start, but never in CWR or Recovery, where PRR owns ssthresh", "[hooks]")
+{
+    for (const __u8 state : {TCP_CA_Open, TCP_CA_CWR, TCP_CA_Recovery}) {
+        Netns ns;
+        sock s;
+        s.ns = &ns;
+        mercury_on_init(&s);
+        s.ca_state = state;
+        s.tp.snd_cwnd = 30;          // below ssthresh: slow start, or PRR's reduction
+        s.tp.snd_ssthresh = 40;
+        s.tp.snd_nxt = 100;          // one round: nothing acked yet
+        for (int i = 0; i < MERCURY_SS_SAMPLES; ++i)
+            ack(s, 1000 + 10'000);   // 10 ms over the base RTT: above the exit's threshold
+        CHECK(s.tp.snd_ssthresh == (state == TCP_CA_Open ? 30u : 40u));
+    }
+}
+
 TEST_CASE("hooks: an unranked flow is plain Reno growth and is never held", "[hooks]")
 {
     Netns ns;

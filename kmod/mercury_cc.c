@@ -288,8 +288,7 @@ static u32 mercury_undo_cwnd(struct sock *sk)
 
 static void mercury_cwnd_event(struct sock *sk, enum tcp_ca_event ev)
 {
-	if (ev == CA_EVENT_TX_START)
-		mercury_on_tx_start(sk, mercury_ca(sk));
+	mercury_on_cwnd_event(sk, mercury_ca(sk), ev);
 }
 
 static size_t mercury_get_info(struct sock *sk, u32 ext, int *attr,

@@ -654,19 +654,55 @@ mercury_hold_step(struct mercury_window *w, struct mercury_hold_state *h,
 }
 
 /*
- * ssthresh 0 in CWR/Recovery: only an ssthresh() call the kernel skipped
- * leaves it (a BPF CC's program is now and then not run, and the skipped
- * call returns 0). PRR would then drive cwnd to 0 once nothing is in
- * flight, which the kernel WARNs about (tcp_snd_cwnd_set). Put back what
- * ssthresh() would have returned; 1 if it was repaired.
+ * The windows the kernel may be handed, by the hooks or by its own steps
+ * on what the hooks left: 1 .. MERCURY_WINDOW_MAX packets for cwnd and
+ * ssthresh alike. tcp_snd_cwnd_set() WARNs on a window <= 0 as an int (a
+ * crash under panic_on_warn), and the kernel's own steps turn a bad
+ * ssthresh into one:
+ *  - PRR (tcp_cwnd_reduction, in CWR and Recovery) sets cwnd = in_flight +
+ *    sndcnt with sndcnt >= 0, and sndcnt = 0 with nothing in flight only
+ *    if ssthresh is 0: cwnd 0. An ssthresh of 2^31 or more is negative as
+ *    the int PRR computes with, and its sndcnt overflows. (Lowering
+ *    ssthresh in mid-reduction only stalls PRR, sndcnt 0: cwnd stays at
+ *    what is in flight.)
+ *  - The end of a reduction sets cwnd = ssthresh.
+ *  - An undo sets cwnd = undo_cwnd().
  */
-static inline int mercury_repair_ssthresh(struct mercury_window *w,
-					  int in_reduction, __u32 weight)
+#define MERCURY_WINDOW_MAX	0x7fffffffU	/* TCP_INFINITE_SSTHRESH */
+
+static inline int mercury_window_ok(__u32 packets)
 {
-	if (!in_reduction || w->ssthresh)
-		return 0;
-	w->ssthresh = mercury_ssthresh_after_loss(w->cwnd, weight);
-	return 1;
+	return packets >= 1 && packets <= MERCURY_WINDOW_MAX;
+}
+
+static inline __u32 mercury_window_clamp(__u32 packets)
+{
+	if (!packets)
+		return 1;
+	return packets > MERCURY_WINDOW_MAX ? MERCURY_WINDOW_MAX : packets;
+}
+
+/*
+ * A window found out of bounds as a hook starts (the kernel warned, or is
+ * about to): put it back in bounds. pkts_acked runs before PRR on every
+ * ACK, so an ssthresh repaired there never reaches PRR's step; it becomes
+ * what ssthresh() would have returned. A cwnd starts again from one packet
+ * (in a reduction PRR sets it on this ACK anyway). Returns 1 if anything
+ * was repaired.
+ */
+static inline int mercury_repair_window(struct mercury_window *w, __u32 weight)
+{
+	int repaired = 0;
+
+	if (!mercury_window_ok(w->cwnd)) {
+		w->cwnd = 1;
+		repaired = 1;
+	}
+	if (!mercury_window_ok(w->ssthresh)) {
+		w->ssthresh = mercury_ssthresh_after_loss(w->cwnd, weight);
+		repaired = 1;
+	}
+	return repaired;
 }
 
 /*

@@ -48,11 +48,13 @@ MERCURY_HOOK void mercury_load(const struct tcp_sock *tp,
 	w->cnt = ca->cnt;
 }
 
+/* The one way the hooks write a window: never one the kernel WARNs about
+ * or turns into one (mercury_window_clamp, cc_core.h). */
 MERCURY_HOOK void mercury_store(struct tcp_sock *tp, struct mercury_sock *ca,
 				const struct mercury_window *w)
 {
-	mercury_set_snd_cwnd(tp, w->cwnd);
-	tp->snd_ssthresh = w->ssthresh;
+	mercury_set_snd_cwnd(tp, mercury_window_clamp(w->cwnd));
+	tp->snd_ssthresh = mercury_window_clamp(w->ssthresh);
 	ca->cnt = w->cnt;
 }
 
@@ -92,6 +94,29 @@ MERCURY_HOOK struct mercury_sock *mercury_ca(struct sock *sk)
 MERCURY_HOOK void mercury_on_init(struct sock *sk)
 {
 	mercury_ca(sk);
+}
+
+/*
+ * A window out of bounds found as a hook starts (cc_core.h,
+ * mercury_window_ok): a cwnd the kernel WARNs about, or an ssthresh its
+ * next step turns into one. Counted, never expected (zero_windows): the
+ * kernel warns once per call site and boot, this counts every one, whoever
+ * set it. Repaired when @repair (mercury_repair_window). Returns 1 if it
+ * was out of bounds.
+ */
+MERCURY_HOOK int mercury_check_window(struct sock *sk, struct mercury_sock *ca,
+				      struct mercury_ctx *x, int repair)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct mercury_window w;
+
+	mercury_load(tp, ca, &w);
+	if (mercury_window_ok(w.cwnd) && mercury_window_ok(w.ssthresh))
+		return 0;
+	MERCURY_COUNT(x, ZERO_WINDOWS);
+	if (repair && mercury_repair_window(&w, ca->weight))
+		mercury_store(tp, ca, &w);
+	return 1;
 }
 
 /* Note that this flow's rank has data outstanding right now. */
@@ -297,27 +322,25 @@ MERCURY_HOOK void mercury_on_acked(struct sock *sk, struct mercury_sock *ca,
 	if (mercury_handshaking(sk))
 		return;
 	mercury_ctx_of(sk, &x);
+	/* Before this ACK's PRR step, which runs after us (see cc_core.h). */
+	mercury_check_window(sk, ca, &x, 1);
 	mercury_refresh_prio(sk, ca, &x);
 	stamps = mercury_stamps(&x, ca->job);
 	held_ranks = stamps ? mercury_ranks_held(stamps, ca->rank, now_us,
 						 window_us) : 0;
-	/* Before this ACK's PRR step, which runs after us (see cc_core.h). */
-	mercury_load(tp, ca, &w);
-	if (mercury_repair_ssthresh(&w, mercury_in_reduction(sk), ca->weight)) {
-		mercury_store(tp, ca, &w);
-		MERCURY_COUNT(&x, CWND_FIXUPS);
-	}
 	/*
 	 * Delay seen while holding others is their queue draining. In CWR and
-	 * Recovery PRR owns ssthresh: lowered under it, its next step can set
-	 * cwnd to 0 or below (tcp_snd_cwnd_set WARNs; seen in jobs_flow_count).
+	 * Recovery cwnd is PRR's, and slow start is not what it runs.
 	 */
 	if (rtt_us > 0 &&
 	    mercury_slow_start_done(&ca->ss, mercury_snd_cwnd(tp), tp->snd_ssthresh,
 				    rtt_us, mercury_min_rtt(tp), tp->snd_una,
 				    tp->snd_nxt) &&
-	    !held_ranks && !mercury_in_reduction(sk))
-		tp->snd_ssthresh = mercury_snd_cwnd(tp);
+	    !held_ranks && !mercury_in_reduction(sk)) {
+		mercury_load(tp, ca, &w);
+		w.ssthresh = w.cwnd;
+		mercury_store(tp, ca, &w);
+	}
 	if (ca->rank >= MERCURY_NUM_RANKS) {
 		if (ca->flags & MERCURY_F_HELD)	/* lost its rank while held */
 			mercury_update_hold(sk, ca, &x, now_us, window_us);
@@ -370,10 +393,11 @@ MERCURY_HOOK __u32 mercury_on_ssthresh(struct sock *sk, struct mercury_sock *ca)
 	struct mercury_ctx x;
 
 	mercury_ctx_of(sk, &x);
+	mercury_check_window(sk, ca, &x, 0);
 	MERCURY_COUNT(&x, LOSS_EVENTS);
 	if (ca->flags & MERCURY_F_HELD)
-		return mercury_held_loss(&ca->hold, ca->weight,
-					 mercury_hold_floor_of(ca, &x));
+		return mercury_window_clamp(mercury_held_loss(&ca->hold, ca->weight,
+							      mercury_hold_floor_of(ca, &x)));
 	/* The job's other flows back off with this one (cc_core.h). */
 	census = mercury_census(&x, ca->job);
 	if (census && ca->job != MERCURY_JOB_NONE && ca->rank < MERCURY_NUM_RANKS &&
@@ -382,7 +406,8 @@ MERCURY_HOOK __u32 mercury_on_ssthresh(struct sock *sk, struct mercury_sock *ca)
 		ca->cut_seen = (__u32)tp->tcp_mstamp;
 		ca->last_backoff_us = (__u32)tp->tcp_mstamp;
 	}
-	return mercury_ssthresh_after_loss(mercury_snd_cwnd(tp), ca->weight);
+	return mercury_window_clamp(mercury_ssthresh_after_loss(mercury_snd_cwnd(tp),
+								ca->weight));
 }
 
 /*
@@ -402,12 +427,21 @@ MERCURY_HOOK void mercury_on_set_state(struct sock *sk, __u8 new_state)
 		MERCURY_COUNT(&x, RECOVERIES_FROM_CWR);
 }
 
+/*
+ * The kernel sets cwnd to what this returns. A held flow must not get its
+ * pre-loss window back by undo: it keeps what it has, up to its floor.
+ */
 MERCURY_HOOK __u32 mercury_on_undo_cwnd(struct sock *sk, struct mercury_sock *ca)
 {
-	/* A held flow must not get its pre-loss window back by undo. */
-	if (ca->flags & MERCURY_F_HELD)
-		return mercury_snd_cwnd(tcp_sk(sk));
-	return mercury_reno_undo_cwnd(sk);
+	__u32 cwnd = mercury_snd_cwnd(tcp_sk(sk)), floor;
+	struct mercury_ctx x;
+
+	mercury_ctx_of(sk, &x);
+	mercury_check_window(sk, ca, &x, 0);
+	if (!(ca->flags & MERCURY_F_HELD))
+		return mercury_window_clamp(mercury_reno_undo_cwnd(sk));
+	floor = mercury_hold_floor_of(ca, &x);
+	return mercury_window_ok(cwnd) && cwnd < floor ? cwnd : floor;
 }
 
 /* Data after idle: claim precedence now, not one ACK later. */
@@ -418,6 +452,28 @@ MERCURY_HOOK void mercury_on_tx_start(struct sock *sk, struct mercury_sock *ca)
 	mercury_ctx_of(sk, &x);
 	mercury_refresh_prio(sk, ca, &x);
 	mercury_mark_active(&x, ca, mercury_clock_us());
+}
+
+/*
+ * The end of CWR or Recovery (CA_EVENT_COMPLETE_CWR): the kernel has just
+ * set cwnd to ssthresh, before anything is sent on it.
+ */
+MERCURY_HOOK void mercury_on_reduction_end(struct sock *sk,
+					   struct mercury_sock *ca)
+{
+	struct mercury_ctx x;
+
+	mercury_ctx_of(sk, &x);
+	mercury_check_window(sk, ca, &x, 1);
+}
+
+MERCURY_HOOK void mercury_on_cwnd_event(struct sock *sk, struct mercury_sock *ca,
+					__u32 ev)
+{
+	if (ev == CA_EVENT_TX_START)
+		mercury_on_tx_start(sk, ca);
+	else if (ev == CA_EVENT_COMPLETE_CWR)
+		mercury_on_reduction_end(sk, ca);
 }
 
 /* release() also runs on sockets whose init() never did; it creates no

@@ -165,7 +165,8 @@ enum mercury_param {
 	X(HOLD_LEAKS, hold_leaks)				\
 	X(YIELD_GRANTS, yield_grants)				\
 	X(JOB_CUTS, job_cuts)					\
-	X(PACING_CLEARED, pacing_cleared)
+	X(PACING_CLEARED, pacing_cleared)			\
+	X(ZERO_WINDOWS, zero_windows)
 
 /* Counters of this netns (u64) unless marked global. The numbers are ABI:
  * a new attribute goes last. */
@@ -196,6 +197,10 @@ enum mercury_stat {
 					 * job that lost a packet (version 2) */
 	MERCURY_STAT_PACING_CLEARED,	/* flows whose previous CC's request
 					 * for internal pacing was dropped */
+	MERCURY_STAT_ZERO_WINDOWS,	/* a hook found cwnd or ssthresh at 0
+					 * or past 2^31 - 1: a window the
+					 * kernel WARNs about (or makes one
+					 * of); repaired, never expected */
 
 	__MERCURY_STAT_MAX,
 	MERCURY_STAT_MAX = __MERCURY_STAT_MAX - 1

@@ -502,8 +502,7 @@ __u32 BPF_PROG(mercury_undo_cwnd, struct sock *sk)
 SEC("struct_ops/mercury_cwnd_event")
 void BPF_PROG(mercury_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 {
-	if (ev == CA_EVENT_TX_START)
-		mercury_on_tx_start(sk, mercury_ca(sk));
+	mercury_on_cwnd_event(sk, mercury_ca(sk), ev);
 }
 
 SEC(".struct_ops")

@@ -281,17 +281,32 @@ TEST_CASE("starvation guard keeps granting after hours of continuous holding", "
     }
 }
 
-TEST_CASE("ssthresh left at 0 in a reduction is put back, and only there", "[core]")
+TEST_CASE("a window the kernel would WARN about, or turn into one, is put back", "[core][windows]")
 {
+    CHECK(mercury_window_ok(1));
+    CHECK(mercury_window_ok(MERCURY_WINDOW_MAX));   // TCP_INFINITE_SSTHRESH
+    CHECK_FALSE(mercury_window_ok(0));
+    CHECK_FALSE(mercury_window_ok(0x80000000U));    // negative as PRR's int
+    CHECK(mercury_window_clamp(0) == 1);
+    CHECK(mercury_window_clamp(0xffffffffU) == MERCURY_WINDOW_MAX);
+    CHECK(mercury_window_clamp(17) == 17);
+
     mercury_window w{40, 0, 0};
-    CHECK_FALSE(mercury_repair_ssthresh(&w, 0, MERCURY_WEIGHT_UNIT));   // outside CWR/Recovery: cong_avoid's job
-    CHECK(w.ssthresh == 0);
-    CHECK(mercury_repair_ssthresh(&w, 1, MERCURY_WEIGHT_UNIT));
-    CHECK(w.ssthresh == 20);                                           // what ssthresh() returns for 40
-    CHECK_FALSE(mercury_repair_ssthresh(&w, 1, MERCURY_WEIGHT_UNIT));  // a set one stays
-    mercury_window tiny{0, 0, 0};
-    CHECK(mercury_repair_ssthresh(&tiny, 1, MERCURY_WEIGHT_UNIT));
-    CHECK(tiny.ssthresh == 2);
+    CHECK(mercury_repair_window(&w, MERCURY_WEIGHT_UNIT));
+    CHECK(w.ssthresh == 20);   // what ssthresh() returns for 40
+    CHECK(w.cwnd == 40);       // a good cwnd stays
+    CHECK_FALSE(mercury_repair_window(&w, MERCURY_WEIGHT_UNIT));
+    mercury_window garbage{40, 0x90000000U, 0};
+    CHECK(mercury_repair_window(&garbage, MERCURY_WEIGHT_UNIT));
+    CHECK(garbage.ssthresh == 20);
+    mercury_window zero{0, 0, 0};
+    CHECK(mercury_repair_window(&zero, MERCURY_WEIGHT_UNIT));
+    CHECK(zero.cwnd == 1);
+    CHECK(zero.ssthresh == 2);
+    mercury_window negative{0xfffffff0U, 30, 0};
+    CHECK(mercury_repair_window(&negative, MERCURY_WEIGHT_UNIT));
+    CHECK(negative.cwnd == 1);
+    CHECK(negative.ssthresh == 30);
 }
 
 TEST_CASE("precedence is per job: another job's urgent rank holds nobody", "[core][jobs]")

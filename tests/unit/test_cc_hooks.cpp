@@ -5,7 +5,9 @@
 // tcp_mercury.ko and the BPF program.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 
 extern "C" {
@@ -15,10 +17,13 @@ extern "C" {
 namespace {
 
 enum { TCP_CA_Open = 0, TCP_CA_Disorder = 1, TCP_CA_CWR = 2, TCP_CA_Recovery = 3, TCP_CA_Loss = 4 };
+// include/net/tcp.h's enum tcp_ca_event, the two the hooks act on.
+enum tcp_ca_event { CA_EVENT_TX_START = 0, CA_EVENT_COMPLETE_CWR = 2 };
 
 enum Event {
     FLOWS_INIT, FLOWS_RELEASED, HOLDS, RELEASES, STARVE_GRANTS, DELAY_BACKOFFS, LOSS_EVENTS, CWND_FIXUPS,
-    HELD_IN_RECOVERY, HOLD_LEAKS, YIELD_GRANTS, JOB_CUTS, PACING_CLEARED, RECOVERIES, RECOVERIES_FROM_CWR, EVENTS
+    HELD_IN_RECOVERY, HOLD_LEAKS, YIELD_GRANTS, JOB_CUTS, PACING_CLEARED, RECOVERIES, RECOVERIES_FROM_CWR, ZERO_WINDOWS,
+    EVENTS
 };
 
 struct mercury_sock {
@@ -371,8 +376,10 @@ TEST_CASE("hooks: loss, recovery and undo follow the shared rules", "[hooks]")
 
     s.tp.prior_cwnd = 80;
     CHECK(mercury_on_undo_cwnd(&s, mercury_ca(&s)) == 80);
-    s.ca.flags |= MERCURY_F_HELD;                // a held flow keeps its floor
-    CHECK(mercury_on_undo_cwnd(&s, mercury_ca(&s)) == s.tp.snd_cwnd);
+    s.ca.flags |= MERCURY_F_HELD;                // a held flow keeps at most its floor
+    CHECK(mercury_on_undo_cwnd(&s, mercury_ca(&s)) == ns.cwnd_floor);
+    s.tp.snd_cwnd = 1;                           // or less, if PRR took it there
+    CHECK(mercury_on_undo_cwnd(&s, mercury_ca(&s)) == 1);
 }
 
 TEST_CASE("hooks: delay ends slow start, but never in CWR or Recovery, where PRR owns ssthresh", "[hooks]")
@@ -410,4 +417,272 @@ TEST_CASE("hooks: an unranked flow is plain Reno growth and is never held", "[ho
     plain.cwnd_limited = false;
     mercury_on_cong_avoid(&plain, mercury_ca(&plain), 5);
     CHECK(plain.tp.snd_cwnd == 15);   // not cwnd-limited: no growth
+}
+
+namespace {
+
+// The kernel's side of an ACK, as tcp_ack() orders it (net/ipv4/tcp_input.c,
+// 6.1 and 6.18 alike): the CC's pkts_acked, then the state machine
+// (entering Recovery or CWR calls ssthresh(); their end sets cwnd to
+// ssthresh and raises CA_EVENT_COMPLETE_CWR, or an undo takes undo_cwnd()),
+// then PRR (tcp_cwnd_reduction) in a reduction, or cong_avoid. Every window
+// the kernel sets goes through window(), which records what
+// tcp_snd_cwnd_set() WARNs about (<= 0 as an int) instead of storing it.
+struct Kernel {
+    sock& s;
+    __u32 in_flight = 0, prr_out = 0, prr_delivered = 0, prior_ssthresh = 0;
+    int bad = 0;          // windows <= 0 the kernel would have WARNed about
+    int bad_ssthresh = 0; // ssthresh 0 at the end of a reduction
+    explicit Kernel(sock& sk) : s(sk) { in_flight = s.tp.snd_cwnd; }
+
+    bool in_reduction() const { return s.ca_state == TCP_CA_CWR || s.ca_state == TCP_CA_Recovery; }
+    void window(long long cwnd)
+    {
+        if (cwnd <= 0 || cwnd > 0x7fffffff) {
+            ++bad;
+            return;   // the kernel stores it; keep the last good one to go on
+        }
+        s.tp.snd_cwnd = static_cast<__u32>(cwnd);
+    }
+    void set_state(__u8 state)
+    {
+        mercury_on_set_state(&s, state);
+        s.ca_state = state;
+    }
+    // tcp_init_cwnd_reduction(), from tcp_enter_recovery() or tcp_enter_cwr().
+    void start_reduction(__u8 state)
+    {
+        prior_ssthresh = state == TCP_CA_Recovery ? s.tp.snd_ssthresh : 0;
+        s.tp.prior_cwnd = s.tp.snd_cwnd;
+        prr_delivered = prr_out = 0;
+        s.tp.snd_ssthresh = mercury_on_ssthresh(&s, mercury_ca(&s));
+        set_state(state);
+    }
+    // tcp_end_cwnd_reduction(), then Open.
+    void end_reduction()
+    {
+        if (s.tp.snd_ssthresh == 0)
+            ++bad_ssthresh;
+        window(s.tp.snd_ssthresh);
+        mercury_on_cwnd_event(&s, mercury_ca(&s), CA_EVENT_COMPLETE_CWR);
+        set_state(TCP_CA_Open);
+    }
+    // tcp_undo_cwnd_reduction(), then Open.
+    void undo()
+    {
+        window(mercury_on_undo_cwnd(&s, mercury_ca(&s)));
+        if (prior_ssthresh > s.tp.snd_ssthresh)
+            s.tp.snd_ssthresh = prior_ssthresh;
+        set_state(TCP_CA_Open);
+    }
+    // tcp_cwnd_reduction(): PRR, RFC 6937, as the kernel has it.
+    void prr(int newly_acked_sacked, bool snd_una_advanced)
+    {
+        const int delta = static_cast<int>(s.tp.snd_ssthresh) - static_cast<int>(in_flight);
+        long long sndcnt;
+        if (newly_acked_sacked <= 0 || !s.tp.prior_cwnd)
+            return;
+        prr_delivered += static_cast<__u32>(newly_acked_sacked);
+        if (delta < 0) {
+            const unsigned long long dividend =
+                static_cast<unsigned long long>(s.tp.snd_ssthresh) * prr_delivered + s.tp.prior_cwnd - 1;
+            sndcnt = static_cast<long long>(dividend / s.tp.prior_cwnd) - prr_out;
+        } else {
+            sndcnt = std::max<long long>(static_cast<long long>(prr_delivered) - prr_out, newly_acked_sacked);
+            if (snd_una_advanced)
+                ++sndcnt;
+            sndcnt = std::min<long long>(delta, sndcnt);
+        }
+        sndcnt = std::max<long long>(sndcnt, prr_out ? 0 : 1);
+        window(static_cast<long long>(in_flight) + sndcnt);
+    }
+    // One ACK for @acked packets (marking @lost more lost), with an RTT sample.
+    void ack(__u32 acked, __u32 lost, __s32 rtt_us)
+    {
+        acked = std::min(acked, in_flight);
+        in_flight -= acked;
+        lost = std::min(lost, in_flight);
+        in_flight -= lost;   // marked lost: out of flight until retransmitted
+        s.tp.tcp_mstamp = now_us;
+        s.tp.snd_una += acked;
+        mercury_on_acked(&s, mercury_ca(&s), rtt_us);
+        if (in_reduction())
+            prr(static_cast<int>(acked), acked > 0);
+        else if (acked)
+            mercury_on_cong_avoid(&s, mercury_ca(&s), acked);
+    }
+    // tcp_write_xmit(): send what the window allows (the application always has data).
+    void send()
+    {
+        const __u32 cwnd = s.tp.snd_cwnd;
+        const __u32 sent = cwnd > in_flight ? std::min<__u32>(cwnd - in_flight, 64) : 0;
+        in_flight += sent;
+        s.tp.snd_nxt += sent;
+        if (in_reduction())
+            prr_out += sent;
+    }
+};
+
+void rank_active(Netns& ns, __u32 rank, bool active)
+{
+    ns.last_active_us[MERCURY_JOB_NONE][rank] = active ? now_us : (now_us | MERCURY_STAMP_IDLE);
+}
+
+}  // namespace
+
+TEST_CASE("hooks: a hold entered in Recovery never drives PRR to a window of 0", "[hooks][windows]")
+{
+    Netns ns;
+    sock bulk;
+    bulk.ns = &ns;
+    bulk.rank = 3;
+    bulk.tp.snd_cwnd = 40;
+    bulk.tp.snd_ssthresh = 20;
+    mercury_on_init(&bulk);
+    Kernel k(bulk);
+    k.start_reduction(TCP_CA_Recovery);   // a loss: ssthresh 20, prior_cwnd 40
+    k.ack(0, 1, 1000);
+    for (int i = 0; i < 30; ++i) {        // PRR sends about half of what is delivered
+        now_us += 100;
+        k.ack(1, 0, 1000);
+        k.send();
+    }
+    REQUIRE(k.bad == 0);
+    rank_active(ns, 0, true);             // an urgent flow starts: bulk is held mid-reduction
+    for (int i = 0; i < 40 && k.in_flight; ++i) {
+        now_us += 100;
+        rank_active(ns, 0, true);
+        k.ack(1, 0, 1000);
+        k.send();
+        CHECK((bulk.ca.flags & MERCURY_F_HELD));
+    }
+    CHECK(k.bad == 0);
+    CHECK(bulk.tp.snd_ssthresh >= 1);
+    // The reduction ends: the kernel sets cwnd to ssthresh, and the hold
+    // takes it straight back to the floor before anything is sent.
+    k.end_reduction();
+    CHECK(bulk.tp.snd_cwnd == ns.cwnd_floor);
+    CHECK(k.bad == 0);
+    now_us += 100;
+    k.ack(1, 0, 1000);
+    CHECK(ns.counters[HOLD_LEAKS] == 0);
+    CHECK(ns.counters[ZERO_WINDOWS] == 0);
+}
+
+TEST_CASE("hooks: ssthresh lowered in Recovery stalls PRR but never takes it to 0", "[hooks][windows]")
+{
+    // What c3b2d02 guarded against: a delay yield in mid-reduction lowers
+    // ssthresh under PRR. PRR's sndcnt is never below 0 (the kernel clamps
+    // it), so cwnd stays at what is in flight: a stall, not a 0.
+    Netns ns;
+    sock s;
+    s.ns = &ns;
+    s.rank = 5;
+    s.tp.snd_cwnd = 40;
+    s.tp.snd_ssthresh = 20;
+    mercury_on_init(&s);
+    Kernel k(s);
+    k.start_reduction(TCP_CA_Recovery);
+    for (int i = 0; i < 60 && k.in_flight; ++i) {
+        now_us += 3000;                   // an RTT apart: each may yield
+        k.ack(1, 0, 1000 + 20'000);       // far above every threshold
+        k.send();
+        CHECK(s.tp.snd_cwnd >= 1);
+    }
+    CHECK(ns.counters[DELAY_BACKOFFS] > 0);
+    CHECK(k.bad == 0);
+}
+
+TEST_CASE("hooks: an ssthresh of 0 or past 2^31 is put back before PRR's step", "[hooks][windows]")
+{
+    // The states in which PRR itself sets cwnd <= 0: ssthresh 0 with
+    // nothing in flight (sndcnt 0), or ssthresh negative as an int.
+    for (const __u32 bad : {0U, 0x80000000U, 0xffffffffU}) {
+        Netns ns;
+        sock s;
+        s.ns = &ns;
+        s.tp.snd_cwnd = 8;
+        s.tp.snd_ssthresh = 4;
+        mercury_on_init(&s);
+        Kernel k(s);
+        k.start_reduction(TCP_CA_Recovery);
+        k.ack(1, 0, 1000);
+        k.send();                         // prr_out > 0 from here on
+        s.tp.snd_ssthresh = bad;          // what a faulty step left
+        k.ack(0, k.in_flight, 1000);      // the rest marked lost: nothing in flight
+        k.ack(1, 0, 1000);
+        CHECK(k.bad == 0);
+        CHECK(ns.counters[ZERO_WINDOWS] == 1);
+        CHECK(mercury_window_ok(s.tp.snd_ssthresh));
+    }
+}
+
+TEST_CASE("hooks: an undo never hands back a window of 0", "[hooks][windows]")
+{
+    Netns ns;
+    sock s;
+    s.ns = &ns;
+    s.rank = 3;
+    mercury_on_init(&s);
+    s.ca.flags |= MERCURY_F_HELD;
+    s.tp.snd_cwnd = 0;   // what a skipped or faulty step left
+    CHECK(mercury_on_undo_cwnd(&s, mercury_ca(&s)) >= 1);
+    CHECK(ns.counters[ZERO_WINDOWS] == 1);
+    s.ca.flags &= ~MERCURY_F_HELD;
+    s.tp.prior_cwnd = 0;
+    CHECK(mercury_on_undo_cwnd(&s, mercury_ca(&s)) >= 1);
+}
+
+// Random ACK streams through the kernel's order of calls, with ranks coming
+// and going, delay, losses, CWR and undo: no step may leave a window the
+// kernel WARNs about. Deterministic (fixed seeds).
+TEST_CASE("hooks: no sequence of ACKs, holds, yields, losses and undos leaves a window <= 0", "[hooks][windows]")
+{
+    int bad = 0, bad_ssthresh = 0, reductions = 0, held_in_reduction = 0;
+    for (unsigned seed = 1; seed <= 400; ++seed) {
+        std::uint64_t rng = seed * 0x9e3779b97f4a7c15ULL;
+        auto next = [&rng](unsigned n) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            return static_cast<unsigned>(rng % n);
+        };
+        Netns ns;
+        sock s;
+        s.ns = &ns;
+        s.rank = static_cast<__u8>(1 + next(6));
+        s.tp.snd_cwnd = 10 + next(80);
+        s.tp.snd_ssthresh = next(2) ? 0x7fffffff : 5 + next(60);
+        mercury_on_init(&s);
+        Kernel k(s);
+        for (int step = 0; step < 600; ++step) {
+            now_us += 50 + next(3000);
+            const unsigned r = next(100);
+            if (r < 30)
+                rank_active(ns, next(s.rank), next(3) != 0);   // a more urgent rank comes or goes
+            if (!k.in_reduction() && r < 4) {
+                k.start_reduction(next(3) ? TCP_CA_Recovery : TCP_CA_CWR);
+                ++reductions;
+            } else if (k.in_reduction() && r < 8) {
+                if (next(4) == 0 && s.ca_state == TCP_CA_Recovery)
+                    k.undo();
+                else
+                    k.end_reduction();
+            }
+            if (k.in_reduction() && (s.ca.flags & MERCURY_F_HELD))
+                ++held_in_reduction;
+            const __s32 rtt = static_cast<__s32>(1000 + (next(4) ? next(500) : next(30'000)));
+            k.ack(next(4), next(10) == 0 ? 1 + next(3) : 0, rtt);
+            k.send();
+            if (s.tp.snd_ssthresh == 0)
+                ++bad_ssthresh;
+        }
+        bad += k.bad;
+        bad_ssthresh += k.bad_ssthresh;
+    }
+    INFO("reductions " << reductions << ", ACKs held in a reduction " << held_in_reduction);
+    CHECK(reductions > 1000);
+    CHECK(held_in_reduction > 1000);   // the case that matters was exercised
+    CHECK(bad == 0);
+    CHECK(bad_ssthresh == 0);
 }

@@ -57,6 +57,9 @@ constexpr std::array kDatapathMetrics{
                    "Entries of mercury flows into fast recovery."},
     DatapathMetric{"hold_leaks", "mercury_datapath_hold_leaks_total", MetricType::Counter,
                    "Held flows found above the floor outside a window reduction (should stay 0)."},
+    DatapathMetric{"zero_windows", "mercury_datapath_zero_windows_total", MetricType::Counter,
+                   "Windows found at 0 (or ssthresh at 0 or past 2^31), which the kernel WARNs about; "
+                   "repaired (should stay 0)."},
     DatapathMetric{"flows_init", "mercury_datapath_flows_started_total", MetricType::Counter,
                    "Connections that started using mercury in this netns."},
     DatapathMetric{"flows_released", "mercury_datapath_flows_ended_total", MetricType::Counter,

@@ -83,6 +83,10 @@ suite() {
 step "BPF datapath: the eBPF struct_ops program on this host's kernel, in netns"
 suite bpf "$BUILD/bpf-tests.log" tests/native/bpf_tests.sh "$BUILD/user"
 
+step "stress: the jobs tests twice beside busy loops, the second with random loss (no window of 0, no warning)"
+suite stress "$BUILD/stress-tests.log" env TESTS="$(cd tests/cc && bash -c '. ./jobs.sh; echo $JOBS_TESTS')" \
+	tests/native/stress.sh "$BUILD/user" 2 "$BUILD/stress"
+
 step "PyTorch: mercury.torch against DDP, lanes in the BPF datapath"
 suite torch "$BUILD/torch-tests.log" tests/torch/run.sh "$BUILD/user"
 

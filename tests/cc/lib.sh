@@ -122,6 +122,16 @@ set_default_cc() {
 	fi
 }
 
+# LOSS_PPM=N (the stress runs, tests/native/stress.sh): every topology's
+# far end drops TCP data segments at random, N in a million, on ingress
+# (mercury-probe lossy; killed with its netns by topo_clear).
+link_loss() {	# link_loss NS DEV
+	[ "${LOSS_PPM:-0}" -gt 0 ] || return 0
+	in_ns "$1" mercury-probe lossy --dev "$2" --ppm "$LOSS_PPM" >"/tmp/lossy-$1-$2" 2>&1 &
+	wait_for 100 grep -q '^ready' "/tmp/lossy-$1-$2" ||
+		echo "INFO lossy link on $1/$2 did not start: $(cat "/tmp/lossy-$1-$2")"
+}
+
 # Same host: sender h1 -- receiver h2, rate limit on h1's own egress
 # (the NIC is the bottleneck; TCP Small Queues keep losses rare).
 topo_same_host() {
@@ -136,6 +146,7 @@ topo_same_host() {
 	$IP -n h2 link set v2 up
 	$TC -n h1 qdisc add dev v1 root tbf rate "$RATE" burst 20kb latency 30ms
 	$TC -n h2 qdisc add dev v2 root tbf rate "$RATE" burst 20kb latency 30ms
+	link_loss h2 v2
 	start_server h2
 	SERVER=10.0.0.2:$PORT
 }
@@ -159,6 +170,7 @@ topo_incast() {
 	done
 	in_ns r sh -c 'echo 1 >/proc/sys/net/ipv4/ip_forward'
 	$TC -n r qdisc add dev rs root tbf rate "$RATE" burst 20kb latency 30ms
+	link_loss s eth0
 	start_server s
 	SERVER=10.1.3.2:$PORT
 }
@@ -257,11 +269,34 @@ weights_flows() {
 	wait_flows
 }
 
-# run_test NAME: run test_NAME with a clean slate and a kernel-log check.
+# No window of 0, ever: the kernel WARNs about one (tcp_snd_cwnd_set), once
+# per call site per boot, so its log alone misses all but the first. The
+# datapath counts every window <= 0 (or ssthresh 0) a hook finds, per netns
+# (zero_windows); read before the namespaces go. A suite may add an
+# observer of its own (probe_windows_clean, the native suite's BPF probe).
+windows_clean() {
+	local ns n total=0 where=""
+	for ns in $($IP netns list | awk '{ print $1 }'); do
+		n=$(stat_of "$ns" zero_windows 2>/dev/null)
+		[ "${n:-0}" -gt 0 ] 2>/dev/null || continue
+		total=$((total + n))
+		where="$where $ns:$n"
+	done
+	if [ "$total" -gt 0 ]; then
+		fail "$1/zero-windows" "the datapath found $total windows <= 0 or ssthresh 0:$where"
+		return 1
+	fi
+	command -v probe_windows_clean >/dev/null 2>&1 && ! probe_windows_clean "$1" && return 1
+	return 0
+}
+
+# run_test NAME: run test_NAME with a clean slate and checks of the
+# windows it left and of the kernel's log.
 run_test() {
 	CURRENT=$1
 	echo "== $1"
 	"test_$1"
+	windows_clean "$1"
 	topo_clear
 	kernel_clean "$1"
 }

@@ -56,18 +56,78 @@ stop_loader() {	# stop_loader SIGNAL
 }
 
 # Host kernel warnings since the last check, without clearing the host's log
-# (lib.sh's kernel_clean does, inside the VM).
+# (lib.sh's kernel_clean does, inside the VM). The kernel warns once per
+# call site per boot: after a check, its WARN_ON_ONCEs are re-armed, so a
+# host that warned once still shows the next test's warnings (debugfs's
+# clear_warn_once; mounted if it is not).
 KLOG_MARK=/tmp/mercury-bpf-klog
+WARN_ONCE_RESET=/sys/kernel/debug/clear_warn_once
+WARN_ONCE_REARMS=""	# yes, or why not: tried once (a refusal is logged)
+rearm_warn_once() {
+	if [ -z "$WARN_ONCE_REARMS" ]; then
+		[ -e "$WARN_ONCE_RESET" ] || mount -t debugfs none /sys/kernel/debug 2>/dev/null
+		if { echo 1 >"$WARN_ONCE_RESET"; } 2>/dev/null; then
+			WARN_ONCE_REARMS=yes
+		else
+			WARN_ONCE_REARMS="no (kernel lockdown or no debugfs): the windows probe and zero_windows count instead"
+			echo "INFO the kernel's WARN_ON_ONCEs cannot be re-armed here: $WARN_ONCE_REARMS"
+		fi
+		return
+	fi
+	[ "$WARN_ONCE_REARMS" = yes ] && echo 1 >"$WARN_ONCE_RESET"
+}
 kernel_clean() {
 	local out
 	dmesg >"$KLOG_MARK.now" 2>/dev/null || return 0
 	out=$(diff "$KLOG_MARK" "$KLOG_MARK.now" | grep '^>' | grep -E "$KERNEL_BAD")
 	mv "$KLOG_MARK.now" "$KLOG_MARK"
+	rearm_warn_once
 	if [ -n "$out" ]; then
 		fail "$1/dmesg" "$(echo "$out" | head -3 | tr '\n' ' ')"
 		return 1
 	fi
 	return 0
+}
+
+# An observer of windows independent of the datapath (mercury-probe
+# windows: every segment a mercury socket of the host takes, and its close),
+# for the whole suite; probe_windows_clean reads what it counted since the
+# last test. lib.sh's windows_clean calls it after each test.
+WINDOWS_LOG=/tmp/mercury-probe-windows
+WINDOWS_PID=""
+WINDOWS_SEQ=0
+WINDOWS_BAD=0
+start_windows_probe() {
+	mercury-probe windows >"$WINDOWS_LOG" 2>&1 &
+	WINDOWS_PID=$!
+	wait_for 100 grep -q '^ready' "$WINDOWS_LOG"
+}
+windows_line() {	# the probe's answer to the SIGUSR1 numbered $1
+	grep "^windows seq=$1 " "$WINDOWS_LOG"
+}
+probe_windows_clean() {
+	local line bad
+	[ -n "$WINDOWS_PID" ] || return 0
+	WINDOWS_SEQ=$((WINDOWS_SEQ + 1))
+	kill -USR1 "$WINDOWS_PID" 2>/dev/null
+	if ! wait_for 50 windows_line "$WINDOWS_SEQ"; then
+		fail "$1/windows-probe" "mercury-probe windows did not answer: $(tail -2 "$WINDOWS_LOG" | tr '\n' ' ')"
+		return 1
+	fi
+	line=$(windows_line "$WINDOWS_SEQ")
+	bad=$(echo "$line" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^bad_(windows|ssthresh)=/) { split($i, kv, "="); n += kv[2] } } END { print n + 0 }')
+	if [ "$bad" -gt "$WINDOWS_BAD" ]; then
+		fail "$1/zero-windows-seen" "$((bad - WINDOWS_BAD)) windows <= 0 or ssthresh 0 on mercury sockets: ${line#windows }"
+		WINDOWS_BAD=$bad
+		return 1
+	fi
+	return 0
+}
+stop_windows_probe() {
+	[ -n "$WINDOWS_PID" ] || return 0
+	kill "$WINDOWS_PID" 2>/dev/null
+	wait "$WINDOWS_PID" 2>/dev/null
+	WINDOWS_PID=""
 }
 
 test_register() {
@@ -304,7 +364,10 @@ test_unit_caps() {
 }
 
 dmesg >"$KLOG_MARK" 2>/dev/null
+rearm_warn_once
 ip netns list | grep -q . && topo_clear
+start_windows_probe || fail bpf/windows-probe "mercury-probe windows did not start: $(tail -2 "$WINDOWS_LOG" | tr '\n' ' ')"
+trap stop_windows_probe EXIT
 if registered; then
 	fail bpf/precondition "a CC named mercury is already registered on this host; stop it first"
 	summary
@@ -320,6 +383,7 @@ start_loader || {
 
 if [ -n "${ONLY:-}" ]; then
 	for t in $ONLY; do run_test "$t"; done
+	probe_windows_clean final && pass bpf/no-zero-windows "the probe saw no window <= 0 on a mercury socket: $(tail -1 "$WINDOWS_LOG")"
 	stop_loader TERM
 	summary
 	exit
@@ -341,5 +405,6 @@ expect bpf/nothing-uncounted "host-wide events without a netns state: $(global_s
 stop_loader TERM
 expect bpf/final-unregistered "nothing left registered" not_registered
 rm -f /run/mercury/bpf/mercury_*	# this run's state; the next run starts empty
+probe_windows_clean final && pass bpf/no-zero-windows "the probe saw no window <= 0 on a mercury socket: $(tail -1 "$WINDOWS_LOG")"
 kernel_clean final && pass bpf/kernel-log "no WARNING/BUG/Oops in the host's dmesg"
 summary

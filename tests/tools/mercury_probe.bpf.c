@@ -11,11 +11,24 @@
  *    Losses on the path, deterministic: this host's kernel has no netem and
  *    no gact. (Dropped at the sender's own egress, a segment would count as
  *    not sent: NET_XMIT_DROP, local congestion.)
+ *  - lossy_prog (tc, on the ingress of a link's far end): drops TCP data
+ *    segments at random, loss_ppm in a million: losses on the path for
+ *    the stress runs (tests/native/stress.sh), without netem.
  *  - count_recoveries (tp_btf/tcp_cong_state_set): counts the sockets of one
  *    netns entering TCP_CA_Recovery, and separately those bound to local
  *    port drop_sport. An observer independent of the CC, to check the CC's
  *    own count against what any BPF program is shown, and to tell a test
  *    when the flow it made lose segments is in recovery.
+ *  - window_on_segment (tp_btf/tcp_probe, each segment a socket takes,
+ *    before processing it), window_on_state (tcp_cong_state_set) and
+ *    window_at_close (tcp_destroy_sock): on any socket of the host whose
+ *    CC is mercury, counts a window the kernel would WARN about
+ *    (tcp_snd_cwnd_set: snd_cwnd <= 0 as an int) and an ssthresh of 0
+ *    (the end of a reduction sets cwnd to it). A window left by one ACK
+ *    (PRR, undo, the end of a reduction, the hooks) is seen on the next
+ *    segment, on an RTO's move to Loss, or at close; unlike the kernel's
+ *    WARN_ON_ONCE, every one is counted, not the first per boot. (This
+ *    host's kernels have no function tracer: fexit cannot be used.)
  */
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
@@ -47,6 +60,13 @@ __u64 until_seen;	/* data segments from until_sport */
 __u32 highest_seq;	/* host order; 0: none seen */
 __u64 recoveries;
 __u64 port_recoveries;
+__u64 segments_seen;	/* checks of mercury sockets' windows */
+__u64 bad_windows;	/* of those, leaving snd_cwnd <= 0 */
+__u64 bad_ssthresh;	/* of those, leaving snd_ssthresh == 0 */
+__s32 last_bad_cwnd;	/* the last bad window, and its socket's state */
+__u32 last_bad_ssthresh;
+__u8 last_bad_ca_state;
+__u16 last_bad_sport;
 
 struct segment {
 	__u32 seq;	/* host order */
@@ -106,6 +126,25 @@ int drop_sport_prog(struct __sk_buff *skb)
 	return TC_ACT_SHOT;
 }
 
+/* lossy: drops each TCP data segment with probability loss_ppm / 10^6. */
+const volatile __u32 loss_ppm;
+__u64 lossy_seen;
+__u64 lossy_dropped;
+
+SEC("tc")
+int lossy_prog(struct __sk_buff *skb)
+{
+	struct segment seg;
+
+	if (parse_segment(skb, &seg) || !seg.payload)
+		return TC_ACT_OK;
+	__sync_fetch_and_add(&lossy_seen, 1);
+	if (bpf_get_prandom_u32() % 1000000 >= loss_ppm)
+		return TC_ACT_OK;
+	__sync_fetch_and_add(&lossy_dropped, 1);
+	return TC_ACT_SHOT;
+}
+
 SEC("tp_btf/tcp_cong_state_set")
 int BPF_PROG(count_recoveries, struct sock *sk, __u8 ca_state)
 {
@@ -116,6 +155,63 @@ int BPF_PROG(count_recoveries, struct sock *sk, __u8 ca_state)
 	__sync_fetch_and_add(&recoveries, 1);
 	if (BPF_CORE_READ(sk, __sk_common.skc_num) == drop_sport)
 		__sync_fetch_and_add(&port_recoveries, 1);
+	return 0;
+}
+
+static __always_inline int is_mercury(const struct sock *sk)
+{
+	const struct inet_connection_sock *icsk = (const void *)sk;
+	const struct tcp_congestion_ops *ops = BPF_CORE_READ(icsk, icsk_ca_ops);
+	char name[8] = {};
+
+	if (!ops || bpf_probe_read_kernel_str(name, sizeof(name), ops->name) != 8)
+		return 0;
+	return name[0] == 'm' && name[1] == 'e' && name[2] == 'r' &&
+	       name[3] == 'c' && name[4] == 'u' && name[5] == 'r' && name[6] == 'y';
+}
+
+static __always_inline void check_window(const struct sock *sk)
+{
+	const struct tcp_sock *tp = (const void *)sk;
+	__s32 cwnd;
+	__u32 ssthresh;
+
+	if (!is_mercury(sk))
+		return;
+	__sync_fetch_and_add(&segments_seen, 1);
+	cwnd = (__s32)BPF_CORE_READ(tp, snd_cwnd);
+	ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
+	if (cwnd > 0 && ssthresh)
+		return;
+	if (cwnd <= 0)
+		__sync_fetch_and_add(&bad_windows, 1);
+	if (!ssthresh)
+		__sync_fetch_and_add(&bad_ssthresh, 1);
+	last_bad_cwnd = cwnd;
+	last_bad_ssthresh = ssthresh;
+	last_bad_ca_state = BPF_CORE_READ_BITFIELD_PROBED((const struct inet_connection_sock *)sk,
+							  icsk_ca_state);
+	last_bad_sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+}
+
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(window_on_segment, struct sock *sk, struct sk_buff *skb)
+{
+	check_window(sk);
+	return 0;
+}
+
+SEC("tp_btf/tcp_cong_state_set")
+int BPF_PROG(window_on_state, struct sock *sk, __u8 ca_state)
+{
+	check_window(sk);
+	return 0;
+}
+
+SEC("tp_btf/tcp_destroy_sock")
+int BPF_PROG(window_at_close, struct sock *sk)
+{
+	check_window(sk);
 	return 0;
 }
 

@@ -22,6 +22,18 @@
 //       Counts this netns's sockets entering TCP_CA_Recovery, as seen by a
 //       BPF program on the tcp_cong_state_set tracepoint, until SIGINT or
 //       SIGTERM. Prints "ready" once attached and "recoveries=N" at the end.
+//   mercury-probe lossy --dev IF [--dev-netns NS] --ppm N
+//       Drops each TCP data segment arriving on IF (tc ingress) with
+//       probability N in a million, until SIGINT or SIGTERM. Prints "ready"
+//       once attached and "seen=S dropped=D" at the end.
+//   mercury-probe windows
+//       Counts, host-wide, the times a mercury socket is seen with
+//       snd_cwnd <= 0 (what tcp_snd_cwnd_set WARNs about, once per boot)
+//       or ssthresh 0: on each segment it takes, on a change of its
+//       congestion state and when it is destroyed (tracepoints), until
+//       SIGINT or SIGTERM. Prints "ready" once attached, and a line
+//       "windows seq=K checks=N bad_windows=B bad_ssthresh=S last=..." on
+//       each SIGUSR1 (K counts them) and at the end.
 //
 // Programs and why: tests/tools/mercury_probe.bpf.c.
 #include <bpf/libbpf.h>
@@ -37,6 +49,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -60,7 +73,7 @@ constexpr int SO_NETNS_COOKIE = 71;
 [[noreturn]] void usage()
 {
     die("usage: mercury-probe drop --dev IF [--dev-netns NS] --sport PORT [--count K] "
-        "[--retransmits R [--until-sport PORT2]] [--until-recovery [--signal PID]] [--timeout-ms MS] | recoveries");
+        "[--retransmits R [--until-sport PORT2]] [--until-recovery [--signal PID]] [--timeout-ms MS] | recoveries | windows | lossy --dev IF [--dev-netns NS] --ppm N");
 }
 
 std::string errno_text(int err)
@@ -85,13 +98,17 @@ using Link = std::unique_ptr<bpf_link, decltype(&bpf_link__destroy)>;
 
 // Opened with only what a mode uses loaded (kernel BTF for the tracepoint,
 // clsact for tc).
-Skeleton open_probe(bool tc, bool tracepoint)
+Skeleton open_probe(bool tc, bool tracepoint, bool windows = false)
 {
     Skeleton skel(mercury_probe__open());
     if (!skel)
         die("opening the BPF object: " + errno_text(errno));
     bpf_program__set_autoload(skel->progs.drop_sport_prog, tc);
+    bpf_program__set_autoload(skel->progs.lossy_prog, false);
     bpf_program__set_autoload(skel->progs.count_recoveries, tracepoint);
+    bpf_program__set_autoload(skel->progs.window_on_segment, windows);
+    bpf_program__set_autoload(skel->progs.window_on_state, windows);
+    bpf_program__set_autoload(skel->progs.window_at_close, windows);
     return skel;
 }
 
@@ -298,6 +315,20 @@ int run_drop(int argc, char** argv)
     return ok ? 0 : 1;
 }
 
+// Blocks SIGINT and SIGTERM (and more) before "ready", so a stop sent right
+// after it cannot be lost; returns the set to sigwait on.
+sigset_t block_stop_signals(std::initializer_list<int> more = {})
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    for (const int sig : more)
+        sigaddset(&set, sig);
+    sigprocmask(SIG_BLOCK, &set, nullptr);
+    return set;
+}
+
 int run_recoveries(int argc)
 {
     if (argc != 2)
@@ -306,12 +337,7 @@ int run_recoveries(int argc)
     skel->rodata->netns_cookie = own_netns_cookie();
     load(skel.get());
     Link link = attach_tracepoint(skel.get());
-    // Blocked before "ready", so a stop sent right after cannot be lost.
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    sigprocmask(SIG_BLOCK, &stop, nullptr);
+    sigset_t stop = block_stop_signals();
     std::printf("ready\n");
     std::fflush(stdout);
     int sig = 0;
@@ -319,6 +345,72 @@ int run_recoveries(int argc)
     link.reset();
     std::printf("recoveries=%llu\n", static_cast<unsigned long long>(skel->bss->recoveries));
     return 0;
+}
+
+int run_lossy(int argc, char** argv)
+{
+    std::string dev, dev_netns;
+    uint32_t ppm = 0;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        const std::string_view a = argv[i];
+        const std::string_view v = argv[i + 1];
+        if (a == "--dev")
+            dev = v;
+        else if (a == "--dev-netns")
+            dev_netns = v;
+        else if (a == "--ppm")
+            ppm = number<uint32_t>(v, "ppm");
+        else
+            usage();
+    }
+    if (argc % 2 || dev.empty() || !ppm || ppm > 1000000)
+        usage();
+    Skeleton skel = open_probe(false, false);
+    bpf_program__set_autoload(skel->progs.lossy_prog, true);
+    skel->rodata->loss_ppm = ppm;
+    load(skel.get());
+    sigset_t stop = block_stop_signals();
+    {
+        TcIngressHook hook(dev_netns, dev, bpf_program__fd(skel->progs.lossy_prog));
+        std::printf("ready\n");
+        std::fflush(stdout);
+        int sig = 0;
+        sigwait(&stop, &sig);
+    }
+    std::printf("seen=%llu dropped=%llu\n", static_cast<unsigned long long>(skel->bss->lossy_seen),
+                static_cast<unsigned long long>(skel->bss->lossy_dropped));
+    return 0;
+}
+
+void print_windows(const mercury_probe* skel, unsigned seq)
+{
+    const auto* b = skel->bss;
+    std::printf("windows seq=%u checks=%llu bad_windows=%llu bad_ssthresh=%llu last=cwnd:%d,ssthresh:%u,ca_state:%u,sport:%u\n",
+                seq, static_cast<unsigned long long>(__atomic_load_n(&b->segments_seen, __ATOMIC_RELAXED)),
+                static_cast<unsigned long long>(__atomic_load_n(&b->bad_windows, __ATOMIC_RELAXED)),
+                static_cast<unsigned long long>(__atomic_load_n(&b->bad_ssthresh, __ATOMIC_RELAXED)),
+                b->last_bad_cwnd, b->last_bad_ssthresh, b->last_bad_ca_state, b->last_bad_sport);
+    std::fflush(stdout);
+}
+
+int run_windows(int argc)
+{
+    if (argc != 2)
+        usage();
+    Skeleton skel = open_probe(false, false, true);
+    load(skel.get());
+    if (const int err = mercury_probe__attach(skel.get()))
+        die("attaching to the tcp_probe, tcp_cong_state_set and tcp_destroy_sock tracepoints: " + errno_text(err));
+    sigset_t wanted = block_stop_signals({SIGUSR1});
+    std::printf("ready\n");
+    std::fflush(stdout);
+    for (unsigned seq = 1;; ++seq) {
+        int sig = 0;
+        sigwait(&wanted, &sig);
+        print_windows(skel.get(), seq);
+        if (sig != SIGUSR1)
+            return 0;
+    }
 }
 
 }  // namespace
@@ -332,5 +424,9 @@ int main(int argc, char** argv)
         return run_drop(argc, argv);
     if (mode == "recoveries")
         return run_recoveries(argc);
+    if (mode == "windows")
+        return run_windows(argc);
+    if (mode == "lossy")
+        return run_lossy(argc, argv);
     usage();
 }

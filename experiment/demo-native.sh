@@ -21,4 +21,4 @@ bpf_loader_start demo || exit 1
 # From tests/cc: demo.sh uses the shared harness library (lib.sh) there.
 cd "$top/tests/cc" &&
 	SCRIPTS=$top/experiment PROFILES=$top/experiment/profiles sh "$top/experiment/demo.sh" 2>&1 | tee "$log" |
-	grep --line-buffered -E '^(RESULT|INFO demo)'
+	grep --line-buffered -E '^(RESULT|INFO demo|INFO datapath)'

@@ -18,15 +18,43 @@ DIV=$((10000 / RATE))
 DATAPATH=$([ -d /sys/module/tcp_mercury ] && echo "tcp_mercury.ko" || echo "BPF struct_ops")
 echo "INFO demo: $W workers, $S servers, ${RATE} Mbit/s links, bytes /$DIV (= 10 Gbit/s), $ITER iterations (2 warm-up), datapath $DATAPATH"
 
-bound() {	# bound PROFILE: the iteration time no run can beat on this topology
+bound() {	# bound PROFILE [FIELD]: the iteration time no run can beat on this topology
 	mercury-replay bound --profile "$1" --mode mercury --workers "$W" --servers-count "$S" \
-		--byte-divisor "$DIV" --rate-mbit "$RATE" --iterations "$ITER" | sed 's/.*"bound_s":\([0-9.]*\).*/\1/'
+		--byte-divisor "$DIV" --rate-mbit "$RATE" --iterations "$ITER" | sed "s/.*\"${2:-bound_s}\":\([0-9.]*\).*/\1/"
 }
 
-run() {	# run MODEL MODE
-	local profile=$PROFILES/$1.graph.txt out mean
+# headroom MODEL MEAN: a compute-bound model (its busiest link busy for less
+# than half its compute) that fifo runs above its bound says the hosts' CPUs,
+# not the links, set the pace: the comparison then measures the emulation.
+headroom() {
+	local profile=$PROFILES/$1.graph.txt compute link
+	compute=$(bound "$profile" compute_s)
+	link=$(bound "$profile" link_s)
+	awk -v c="$compute" -v l="$link" -v m="$2" 'BEGIN { exit !(l < c / 2 && m > 1.05 * c) }' || return 0
+	echo "INFO demo: CPU-bound here: fifo ran $1, which is compute-bound (links busy ${link} s of ${compute} s)," \
+		"at $(awk -v m="$2" -v c="$compute" 'BEGIN { printf "%.2f", m / c }')x its bound; Mercury's mode runs more" \
+		"connections, agents and per-chunk sums on the same cores, so this comparison measures the emulation, not the datapath (doc/experiment.md)"
+}
+
+# datapath_counters: what the datapath did on every host of the cluster, summed
+# (mercuryctl stats in each netns): which flows were held, yielded to delay,
+# lost packets, and whether any window went out of bounds.
+DATAPATH_COUNTERS="holds releases starve_grants delay_backoffs yield_grants loss_events recoveries zero_windows"
+datapath_counters() {
+	local host
+	for host in $($IP netns list | awk '{ print $1 }' | grep -E '^mc-(w|s)[0-9]+$'); do
+		$IP netns exec "$host" mercuryctl stats 2>/dev/null
+	done | awk -v want="$DATAPATH_COUNTERS" 'BEGIN { n = split(want, k, " ") }
+		{ sum[$1] += $2 } END { for (i = 1; i <= n; i++) printf "%s%s=%d", (i > 1 ? " " : ""), k[i], sum[k[i]] }'
+}
+
+run() {	# run MODEL MODE[:CC]
+	local profile=$PROFILES/$1.graph.txt out mean mode=${2%%:*} cc=
+	[ "$mode" = "$2" ] || cc=${2#*:}
 	sh "$SCRIPTS/cluster.sh" up "$W" "$S" "$RATE"
-	out=$(sh "$SCRIPTS/train.sh" "$profile" "$2" "$W" "$S" "$DIV" "$ITER")
+	out=$(REPLAY_ARGS="${cc:+--cc $cc}" sh "$SCRIPTS/train.sh" "$profile" "$mode" "$W" "$S" "$DIV" "$ITER")
+	[ -d /sys/module/tcp_mercury ] || grep -qw mercury /proc/sys/net/ipv4/tcp_available_congestion_control &&
+		echo "INFO datapath model=$1 mode=$2: $(datapath_counters)"
 	sh "$SCRIPTS/cluster.sh" down
 	mean=$(echo "$out" | awk -F'"mean_s":' '/"role":"worker"/ { split($2, a, ","); s += a[1]; n++ } END { if (n) printf "%.4f", s / n }')
 	local bytes_ok
@@ -37,12 +65,15 @@ run() {	# run MODEL MODE
 	echo "RESULT model=$1 mode=$2 cc=$(echo "$out" | grep -o '"cc":"[a-z0-9_]*"' | sort -u | cut -d'"' -f4 | paste -sd+)" \
 		"mean_s=${mean:-nan} bound_s=$(bound "$profile") bytes_accounted=$bytes_ok"
 	echo "$out" | grep '"role":"worker"' | head -1 | sed 's/^/INFO /'
+	[ "$2" != fifo ] || [ -z "$mean" ] || headroom "$1" "$mean"
 	# A run without results says why (the replayer's errors are in its output).
 	[ -n "$mean" ] || echo "$out" | grep -v '^{' | head -5 | sed 's/^/INFO failed: /'
 }
 
-for model in vgg16 resnet50; do
-	for mode in fifo mercury; do run $model $mode; done
+# DEMO_MODES: modes of mercury-replay, MODE:CC to pin another CC (e.g.
+# mercury:cubic, Mercury's connections and servers without its datapath).
+for model in ${DEMO_MODELS:-vgg16 resnet50}; do
+	for mode in ${DEMO_MODES:-fifo mercury}; do run "$model" "$mode"; done
 done
 # In the VM the log is the guest's own; on the host it is not ours to clear.
 if [ -e "$KO" ]; then

@@ -104,7 +104,13 @@ test_jobs_equal_split() {
 # Weights 3:1 between two jobs move the split toward the heavier, once
 # slow start is over (the last 4 s), on the router's 30 ms queue, as
 # weights/direction measures. (On the 5 ms one the windows are a handful
-# of packets and the split stays near 1:1 whatever the weights.)
+# of packets and the split stays near 1:1 whatever the weights.) What a
+# weight W:1 promises on a drop-tail queue is the direction, not W:1: a
+# weight-W flow grows W packets an RTT and backs off by 1/(2W) (MulTCP),
+# which splits about W:1 when losses land on the flows at random and W^2:1
+# when both lose in the same overflow; traced over 32 runs, quiet and beside
+# busy loops (experiment/bench/trace-job-weights.sh), 1.6 to 6.9:1, the
+# heavier flow taking more of the losses in the low runs. Hence >= 1.3:1.
 test_jobs_weights() {
 	local r t0 t1 h l
 	topo_incast

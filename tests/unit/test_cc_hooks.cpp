@@ -523,6 +523,18 @@ struct Kernel {
     }
 };
 
+// A flow of @rank in @ns with the window given, its CC initialised.
+sock flow_of(Netns& ns, __u8 rank, __u32 cwnd, __u32 ssthresh)
+{
+    sock s;
+    s.ns = &ns;
+    s.rank = rank;
+    s.tp.snd_cwnd = cwnd;
+    s.tp.snd_ssthresh = ssthresh;
+    mercury_on_init(&s);
+    return s;
+}
+
 void rank_active(Netns& ns, __u32 rank, bool active)
 {
     ns.last_active_us[MERCURY_JOB_NONE][rank] = active ? now_us : (now_us | MERCURY_STAMP_IDLE);
@@ -533,12 +545,7 @@ void rank_active(Netns& ns, __u32 rank, bool active)
 TEST_CASE("hooks: a hold entered in Recovery never drives PRR to a window of 0", "[hooks][windows]")
 {
     Netns ns;
-    sock bulk;
-    bulk.ns = &ns;
-    bulk.rank = 3;
-    bulk.tp.snd_cwnd = 40;
-    bulk.tp.snd_ssthresh = 20;
-    mercury_on_init(&bulk);
+    sock bulk = flow_of(ns, 3, 40, 20);
     Kernel k(bulk);
     k.start_reduction(TCP_CA_Recovery);   // a loss: ssthresh 20, prior_cwnd 40
     k.ack(0, 1, 1000);
@@ -575,12 +582,7 @@ TEST_CASE("hooks: ssthresh lowered in Recovery stalls PRR but never takes it to 
     // ssthresh under PRR. PRR's sndcnt is never below 0 (the kernel clamps
     // it), so cwnd stays at what is in flight: a stall, not a 0.
     Netns ns;
-    sock s;
-    s.ns = &ns;
-    s.rank = 5;
-    s.tp.snd_cwnd = 40;
-    s.tp.snd_ssthresh = 20;
-    mercury_on_init(&s);
+    sock s = flow_of(ns, 5, 40, 20);
     Kernel k(s);
     k.start_reduction(TCP_CA_Recovery);
     for (int i = 0; i < 60 && k.in_flight; ++i) {
@@ -599,11 +601,7 @@ TEST_CASE("hooks: an ssthresh of 0 or past 2^31 is put back before PRR's step", 
     // nothing in flight (sndcnt 0), or ssthresh negative as an int.
     for (const __u32 bad : {0U, 0x80000000U, 0xffffffffU}) {
         Netns ns;
-        sock s;
-        s.ns = &ns;
-        s.tp.snd_cwnd = 8;
-        s.tp.snd_ssthresh = 4;
-        mercury_on_init(&s);
+        sock s = flow_of(ns, MERCURY_RANK_NONE, 8, 4);
         Kernel k(s);
         k.start_reduction(TCP_CA_Recovery);
         k.ack(1, 0, 1000);
@@ -620,10 +618,7 @@ TEST_CASE("hooks: an ssthresh of 0 or past 2^31 is put back before PRR's step", 
 TEST_CASE("hooks: an undo never hands back a window of 0", "[hooks][windows]")
 {
     Netns ns;
-    sock s;
-    s.ns = &ns;
-    s.rank = 3;
-    mercury_on_init(&s);
+    sock s = flow_of(ns, 3, 10, 0x7fffffff);
     s.ca.flags |= MERCURY_F_HELD;
     s.tp.snd_cwnd = 0;   // what a skipped or faulty step left
     CHECK(mercury_on_undo_cwnd(&s, mercury_ca(&s)) >= 1);
@@ -648,12 +643,9 @@ TEST_CASE("hooks: no sequence of ACKs, holds, yields, losses and undos leaves a 
             return static_cast<unsigned>(rng % n);
         };
         Netns ns;
-        sock s;
-        s.ns = &ns;
-        s.rank = static_cast<__u8>(1 + next(6));
-        s.tp.snd_cwnd = 10 + next(80);
-        s.tp.snd_ssthresh = next(2) ? 0x7fffffff : 5 + next(60);
-        mercury_on_init(&s);
+        const auto rank = static_cast<__u8>(1 + next(6));
+        const __u32 cwnd = 10 + next(80);
+        sock s = flow_of(ns, rank, cwnd, next(2) ? 0x7fffffff : 5 + next(60));
         Kernel k(s);
         for (int step = 0; step < 600; ++step) {
             now_us += 50 + next(3000);

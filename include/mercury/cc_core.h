@@ -684,22 +684,30 @@ static inline __u32 mercury_window_clamp(__u32 packets)
 
 /*
  * A window found out of bounds as a hook starts (the kernel warned, or is
- * about to): put it back in bounds. pkts_acked runs before PRR on every
- * ACK, so an ssthresh repaired there never reaches PRR's step; it becomes
- * what ssthresh() would have returned. A cwnd starts again from one packet
- * (in a reduction PRR sets it on this ACK anyway). Returns 1 if anything
- * was repaired.
+ * about to): put it back in bounds, as the hook the kernel skipped would
+ * have left it. pkts_acked runs before PRR on every ACK, so an ssthresh
+ * repaired there never reaches PRR's step. It becomes what ssthresh() would
+ * have returned when the reduction began, from the window then
+ * (@prior_cwnd, the kernel's), not from the one PRR has since shrunk
+ * toward what is in flight: repaired from that, a flow left recovery at 2
+ * packets (jobs/weights split 0.66:1 in a stress run). Outside a
+ * reduction a cwnd of 0 is what a skipped undo_cwnd() left: the window
+ * before the reduction again. In one PRR sets cwnd on this ACK anyway.
+ * Returns 1 if anything was repaired.
  */
-static inline int mercury_repair_window(struct mercury_window *w, __u32 weight)
+static inline int mercury_repair_window(struct mercury_window *w, __u32 weight,
+					__u32 prior_cwnd, int in_reduction)
 {
 	int repaired = 0;
 
 	if (!mercury_window_ok(w->cwnd)) {
-		w->cwnd = 1;
+		w->cwnd = !in_reduction && mercury_window_ok(prior_cwnd) ? prior_cwnd : 1;
 		repaired = 1;
 	}
 	if (!mercury_window_ok(w->ssthresh)) {
-		w->ssthresh = mercury_ssthresh_after_loss(w->cwnd, weight);
+		w->ssthresh = mercury_ssthresh_after_loss(in_reduction &&
+							  mercury_window_ok(prior_cwnd) ?
+							  prior_cwnd : w->cwnd, weight);
 		repaired = 1;
 	}
 	return repaired;

@@ -114,7 +114,8 @@ MERCURY_HOOK int mercury_check_window(struct sock *sk, struct mercury_sock *ca,
 	if (mercury_window_ok(w.cwnd) && mercury_window_ok(w.ssthresh))
 		return 0;
 	MERCURY_COUNT(x, ZERO_WINDOWS);
-	if (repair && mercury_repair_window(&w, ca->weight))
+	if (repair && mercury_repair_window(&w, ca->weight, tp->prior_cwnd,
+					    mercury_in_reduction(sk)))
 		mercury_store(tp, ca, &w);
 	return 1;
 }

@@ -291,20 +291,32 @@ TEST_CASE("a window the kernel would WARN about, or turn into one, is put back",
     CHECK(mercury_window_clamp(0xffffffffU) == MERCURY_WINDOW_MAX);
     CHECK(mercury_window_clamp(17) == 17);
 
+    // Outside a reduction: from the window there is.
     mercury_window w{40, 0, 0};
-    CHECK(mercury_repair_window(&w, MERCURY_WEIGHT_UNIT));
+    CHECK(mercury_repair_window(&w, MERCURY_WEIGHT_UNIT, 80, 0));
     CHECK(w.ssthresh == 20);   // what ssthresh() returns for 40
     CHECK(w.cwnd == 40);       // a good cwnd stays
-    CHECK_FALSE(mercury_repair_window(&w, MERCURY_WEIGHT_UNIT));
+    CHECK_FALSE(mercury_repair_window(&w, MERCURY_WEIGHT_UNIT, 80, 0));
+    // In one: from the window the reduction began at, not PRR's since.
+    mercury_window shrunk{3, 0, 0};
+    CHECK(mercury_repair_window(&shrunk, MERCURY_WEIGHT_UNIT, 80, 1));
+    CHECK(shrunk.ssthresh == 40);
+    CHECK(shrunk.cwnd == 3);
     mercury_window garbage{40, 0x90000000U, 0};
-    CHECK(mercury_repair_window(&garbage, MERCURY_WEIGHT_UNIT));
+    CHECK(mercury_repair_window(&garbage, MERCURY_WEIGHT_UNIT, 0, 1));   // no prior window: the one there is
     CHECK(garbage.ssthresh == 20);
+    // cwnd 0 in a reduction: one packet (PRR sets it next); outside, after
+    // an undo, the window before the reduction.
     mercury_window zero{0, 0, 0};
-    CHECK(mercury_repair_window(&zero, MERCURY_WEIGHT_UNIT));
+    CHECK(mercury_repair_window(&zero, MERCURY_WEIGHT_UNIT, 0, 1));
     CHECK(zero.cwnd == 1);
     CHECK(zero.ssthresh == 2);
+    mercury_window undone{0, 30, 0};
+    CHECK(mercury_repair_window(&undone, MERCURY_WEIGHT_UNIT, 24, 0));
+    CHECK(undone.cwnd == 24);
+    CHECK(undone.ssthresh == 30);
     mercury_window negative{0xfffffff0U, 30, 0};
-    CHECK(mercury_repair_window(&negative, MERCURY_WEIGHT_UNIT));
+    CHECK(mercury_repair_window(&negative, MERCURY_WEIGHT_UNIT, 0, 0));
     CHECK(negative.cwnd == 1);
     CHECK(negative.ssthresh == 30);
 }

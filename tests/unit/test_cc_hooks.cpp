@@ -433,6 +433,7 @@ struct Kernel {
     __u32 in_flight = 0, prr_out = 0, prr_delivered = 0, prior_ssthresh = 0;
     int bad = 0;          // windows <= 0 the kernel would have WARNed about
     int bad_ssthresh = 0; // ssthresh 0 at the end of a reduction
+    bool skip = false;    // run no hook, as a kernel that skips BPF programs: a skipped call returns 0
     explicit Kernel(sock& sk) : s(sk) { in_flight = s.tp.snd_cwnd; }
 
     bool in_reduction() const { return s.ca_state == TCP_CA_CWR || s.ca_state == TCP_CA_Recovery; }
@@ -446,7 +447,8 @@ struct Kernel {
     }
     void set_state(__u8 state)
     {
-        mercury_on_set_state(&s, state);
+        if (!skip)
+            mercury_on_set_state(&s, state);
         s.ca_state = state;
     }
     // tcp_init_cwnd_reduction(), from tcp_enter_recovery() or tcp_enter_cwr().
@@ -455,7 +457,7 @@ struct Kernel {
         prior_ssthresh = state == TCP_CA_Recovery ? s.tp.snd_ssthresh : 0;
         s.tp.prior_cwnd = s.tp.snd_cwnd;
         prr_delivered = prr_out = 0;
-        s.tp.snd_ssthresh = mercury_on_ssthresh(&s, mercury_ca(&s));
+        s.tp.snd_ssthresh = skip ? 0 : mercury_on_ssthresh(&s, mercury_ca(&s));
         set_state(state);
     }
     // tcp_end_cwnd_reduction(), then Open.
@@ -505,10 +507,11 @@ struct Kernel {
         in_flight -= lost;   // marked lost: out of flight until retransmitted
         s.tp.tcp_mstamp = now_us;
         s.tp.snd_una += acked;
-        mercury_on_acked(&s, mercury_ca(&s), rtt_us);
+        if (!skip)
+            mercury_on_acked(&s, mercury_ca(&s), rtt_us);
         if (in_reduction())
             prr(static_cast<int>(acked), acked > 0);
-        else if (acked)
+        else if (acked && !skip)
             mercury_on_cong_avoid(&s, mercury_ca(&s), acked);
     }
     // tcp_write_xmit(): send what the window allows (the application always has data).
@@ -601,18 +604,52 @@ TEST_CASE("hooks: an ssthresh of 0 or past 2^31 is put back before PRR's step", 
     // nothing in flight (sndcnt 0), or ssthresh negative as an int.
     for (const __u32 bad : {0U, 0x80000000U, 0xffffffffU}) {
         Netns ns;
-        sock s = flow_of(ns, MERCURY_RANK_NONE, 8, 4);
+        sock s = flow_of(ns, MERCURY_RANK_NONE, 40, 4);
         Kernel k(s);
         k.start_reduction(TCP_CA_Recovery);
         k.ack(1, 0, 1000);
         k.send();                         // prr_out > 0 from here on
-        s.tp.snd_ssthresh = bad;          // what a faulty step left
+        s.tp.snd_ssthresh = bad;          // what a skipped ssthresh() left
         k.ack(0, k.in_flight, 1000);      // the rest marked lost: nothing in flight
         k.ack(1, 0, 1000);
         CHECK(k.bad == 0);
         CHECK(ns.counters[ZERO_WINDOWS] == 1);
-        CHECK(mercury_window_ok(s.tp.snd_ssthresh));
+        // What ssthresh() would have said when the reduction began (at 40
+        // packets), not what PRR has shrunk the window to since.
+        CHECK(s.tp.snd_ssthresh == mercury_ssthresh_after_loss(40, MERCURY_WEIGHT_UNIT));
     }
+}
+
+TEST_CASE("hooks: after an ssthresh() the kernel did not run, recovery heads for the window it began at", "[hooks][windows]")
+{
+    // The CI hosts' kernel now and then runs no BPF program for a stretch
+    // of ACKs: ssthresh() "returns" 0, and PRR, with nothing to aim at,
+    // sends nothing while the window drains toward what is in flight.
+    Netns ns;
+    sock s = flow_of(ns, MERCURY_RANK_NONE, 40, 0x7fffffff);
+    Kernel k(s);
+    k.skip = true;
+    k.start_reduction(TCP_CA_Recovery);
+    for (int i = 0; i < 30; ++i) {
+        now_us += 100;
+        k.ack(1, 0, 1000);
+        k.send();
+    }
+    REQUIRE(s.tp.snd_ssthresh == 0);
+    REQUIRE(s.tp.snd_cwnd < 15);          // drained
+    k.skip = false;                        // the next ACK runs the hooks
+    now_us += 100;
+    k.ack(1, 0, 1000);
+    CHECK(ns.counters[ZERO_WINDOWS] == 1);
+    CHECK(s.tp.snd_ssthresh == mercury_ssthresh_after_loss(40, MERCURY_WEIGHT_UNIT));
+    for (int i = 0; i < 10; ++i) {         // PRR now grows back toward it
+        now_us += 100;
+        k.ack(1, 0, 1000);
+        k.send();
+    }
+    k.end_reduction();
+    CHECK(s.tp.snd_cwnd == mercury_ssthresh_after_loss(40, MERCURY_WEIGHT_UNIT));
+    CHECK(k.bad == 0);
 }
 
 TEST_CASE("hooks: an undo never hands back a window of 0", "[hooks][windows]")

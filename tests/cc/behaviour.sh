@@ -289,7 +289,12 @@ test_weights() {
 	# had their own ssthresh() call on entering CWR).
 	expect cc/ssthresh-every-recovery "loss_events=$loss, recoveries=$seen of which $from_cwr from CWR" \
 		[ "$loss" -ge $((seen - from_cwr)) ]
-	expect cc/no-fixups "cwnd_fixups=$(stat_of a cwnd_fixups)" [ "$(stat_of a cwnd_fixups)" = 0 ]
+	# A hook the kernel did not run leaves 0s the hooks then repair.
+	if [ "${observed:-0}" = "$rec" ]; then
+		expect cc/no-fixups "cwnd_fixups=$(stat_of a cwnd_fixups)" [ "$(stat_of a cwnd_fixups)" = 0 ]
+	else
+		echo "INFO cc/no-fixups: cwnd_fixups=$(stat_of a cwnd_fixups) with $((rec - observed)) recoveries run without BPF"
+	fi
 }
 
 test_cross_host() {

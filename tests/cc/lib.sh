@@ -271,9 +271,14 @@ weights_flows() {
 
 # No window of 0, ever: the kernel WARNs about one (tcp_snd_cwnd_set), once
 # per call site per boot, so its log alone misses all but the first. The
-# datapath counts every window <= 0 (or ssthresh 0) a hook finds, per netns
-# (zero_windows); read before the namespaces go. A suite may add an
-# observer of its own (probe_windows_clean, the native suite's BPF probe).
+# datapath counts every window out of range (cwnd or ssthresh 0, or past
+# 2^31 - 1) a hook finds, per netns (zero_windows); read before the
+# namespaces go. The hooks never write one (cc_core.h, mercury_store), so
+# one found is the kernel's: in the VM that is a failure. The BPF suite's
+# host now and then runs no BPF program for an event (doc/testing.md) and
+# takes 0 from a hook it skipped; there it is reported, repaired as it is,
+# and the suite's own observer (probe_windows_clean: a window the kernel
+# holds at <= 0) and the kernel's log decide.
 windows_clean() {
 	local ns n total=0 where=""
 	for ns in $($IP netns list | awk '{ print $1 }'); do
@@ -282,8 +287,10 @@ windows_clean() {
 		total=$((total + n))
 		where="$where $ns:$n"
 	done
-	if [ "$total" -gt 0 ]; then
-		fail "$1/zero-windows" "the datapath found $total windows <= 0 or ssthresh 0:$where"
+	if [ "$total" -gt 0 ] && [ "${SUITE:-vm}" = bpf ]; then
+		echo "INFO $1/zero-windows: the datapath found and repaired $total windows out of range ($where ): it writes none, so the kernel took them from hooks it did not run"
+	elif [ "$total" -gt 0 ]; then
+		fail "$1/zero-windows" "the datapath found $total windows out of range:$where"
 		return 1
 	fi
 	command -v probe_windows_clean >/dev/null 2>&1 && ! probe_windows_clean "$1" && return 1

@@ -90,13 +90,15 @@ kernel_clean() {
 }
 
 # An observer of windows independent of the datapath (mercury-probe
-# windows: every segment a mercury socket of the host takes, and its close),
-# for the whole suite; probe_windows_clean reads what it counted since the
-# last test. lib.sh's windows_clean calls it after each test.
+# windows: every segment a mercury socket of the host takes, its state
+# changes and its close), for the whole suite; probe_windows_clean reads
+# what it counted since the last test and fails on a window <= 0. lib.sh's
+# windows_clean calls it after each test.
 WINDOWS_LOG=/tmp/mercury-probe-windows
 WINDOWS_PID=""
 WINDOWS_SEQ=0
 WINDOWS_BAD=0
+WINDOWS_BAD_SS=0
 start_windows_probe() {
 	mercury-probe windows >"$WINDOWS_LOG" 2>&1 &
 	WINDOWS_PID=$!
@@ -106,7 +108,7 @@ windows_line() {	# the probe's answer to the SIGUSR1 numbered $1
 	grep "^windows seq=$1 " "$WINDOWS_LOG"
 }
 probe_windows_clean() {
-	local line bad
+	local line bad ss
 	[ -n "$WINDOWS_PID" ] || return 0
 	WINDOWS_SEQ=$((WINDOWS_SEQ + 1))
 	kill -USR1 "$WINDOWS_PID" 2>/dev/null
@@ -115,9 +117,16 @@ probe_windows_clean() {
 		return 1
 	fi
 	line=$(windows_line "$WINDOWS_SEQ")
-	bad=$(echo "$line" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^bad_(windows|ssthresh)=/) { split($i, kv, "="); n += kv[2] } } END { print n + 0 }')
-	if [ "$bad" -gt "$WINDOWS_BAD" ]; then
-		fail "$1/zero-windows-seen" "$((bad - WINDOWS_BAD)) windows <= 0 or ssthresh 0 on mercury sockets: ${line#windows }"
+	bad=$(echo "$line" | sed -n 's/.* bad_windows=\([0-9]*\).*/\1/p')
+	ss=$(echo "$line" | sed -n 's/.* bad_ssthresh=\([0-9]*\).*/\1/p')
+	# An ssthresh of 0 is what a skipped ssthresh() leaves (above); the
+	# hooks put it back before the kernel uses it. A window of 0 the
+	# kernel holds is what it WARNs about, whoever caused it.
+	[ "${ss:-0}" -gt "$WINDOWS_BAD_SS" ] &&
+		echo "INFO $1/ssthresh-0-seen: $((ss - WINDOWS_BAD_SS)) times on mercury sockets (a skipped ssthresh()): ${line#windows }"
+	WINDOWS_BAD_SS=${ss:-0}
+	if [ "${bad:-0}" -gt "$WINDOWS_BAD" ]; then
+		fail "$1/zero-windows-seen" "$((bad - WINDOWS_BAD)) windows <= 0 held by mercury sockets: ${line#windows }"
 		WINDOWS_BAD=$bad
 		return 1
 	fi

@@ -17,9 +17,10 @@
 #                      segments (default 5000: 0.5%); 0 for none
 #
 # Prints a PASS/FAIL line per run (FAIL: a check failed in it, named), the
-# other checks that failed and how often, the values of jobs/weights, and
-# two verdicts over all runs: no window out of range (the datapath's
-# zero_windows and the probe's), no kernel warning. Closes with "stress: N
+# checks that failed and how often, the windows the datapath repaired
+# after the kernel skipped a hook, the values of jobs/weights, and two
+# verdicts over all runs: no window <= 0 held by a mercury socket (the
+# probe), no kernel warning. Closes with "stress: N
 # passed, M failed" and exits non-zero on any FAIL.
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -65,6 +66,8 @@ probe=$(cat "${logs[@]}" | grep -c '^PASS bpf/no-zero-windows')
 echo "== over $runs runs"
 echo "INFO checks that failed (count, name):"
 cat "${logs[@]}" | grep '^FAIL' | sed 's/:.*//; s/^FAIL //' | sort | uniq -c | sort -rn | sed 's/^/INFO   /'
+echo "INFO windows found out of range and repaired by the datapath (a hook the kernel did not run): $(cat "${logs[@]}" | grep -c '^INFO [^ ]*/zero-windows:') tests"
+echo "INFO recoveries the kernel entered without running BPF (cc/recoveries-observed): $(cat "${logs[@]}" | sed -n 's/^INFO cc\/recoveries-observed: the kernel ran no BPF program for \([0-9]*\) of.*/\1/p' | awk '{ n += $1 } END { print n + 0 }')"
 echo "INFO jobs/weights, job 1 : job 2 by run: $(cat "${logs[@]}" | sed -n 's/^[A-Z]* jobs\/weights .*last 4 s: \([0-9.]*\):1.*/\1/p' | tr '\n' ' ')"
 verdict() {	# verdict NAME OK DETAIL
 	if [ "$2" = 1 ]; then echo "PASS $1  # $3"; else echo "FAIL $1: $3"; fi

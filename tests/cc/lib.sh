@@ -276,7 +276,7 @@ weights_flows() {
 # namespaces go. The hooks never write one (cc_core.h, mercury_store), so
 # one found is the kernel's: in the VM that is a failure. The BPF suite's
 # host now and then runs no BPF program for an event (doc/testing.md) and
-# takes 0 from a hook it skipped; there it is reported, repaired as it is,
+# takes what a hook it skipped left (0, or garbage); there it is reported, repaired as it is,
 # and the suite's own observer (probe_windows_clean: a window the kernel
 # holds at <= 0) and the kernel's log decide.
 windows_clean() {

@@ -119,7 +119,7 @@ probe_windows_clean() {
 	line=$(windows_line "$WINDOWS_SEQ")
 	bad=$(echo "$line" | sed -n 's/.* bad_windows=\([0-9]*\).*/\1/p')
 	ss=$(echo "$line" | sed -n 's/.* bad_ssthresh=\([0-9]*\).*/\1/p')
-	# An ssthresh of 0 is what a skipped ssthresh() leaves (above); the
+	# An ssthresh of 0 is what a skipped ssthresh() can leave (above); the
 	# hooks put it back before the kernel uses it. A window of 0 the
 	# kernel holds is what it WARNs about, whoever caused it.
 	[ "${ss:-0}" -gt "$WINDOWS_BAD_SS" ] &&

@@ -118,11 +118,11 @@ probe_windows_clean() {
 	line=$(windows_line "$WINDOWS_SEQ")
 	bad=$(echo "$line" | sed -n 's/.* bad_windows=\([0-9]*\).*/\1/p')
 	ss=$(echo "$line" | sed -n 's/.* bad_ssthresh=\([0-9]*\).*/\1/p')
-	# An ssthresh of 0 is what a skipped ssthresh() can leave (above); the
-	# hooks put it back before the kernel uses it. A window of 0 the
+	# An ssthresh of 0 or past 2^31 is what a skipped ssthresh() can leave
+	# (above); the hooks put it back before PRR uses it. A window <= 0 the
 	# kernel holds is what it WARNs about, whoever caused it.
 	[ "${ss:-0}" -gt "$WINDOWS_BAD_SS" ] &&
-		echo "INFO $1/ssthresh-0-seen: $((ss - WINDOWS_BAD_SS)) times on mercury sockets (a skipped ssthresh()): ${line#windows }"
+		echo "INFO $1/bad-ssthresh-seen: $((ss - WINDOWS_BAD_SS)) times on mercury sockets (a skipped ssthresh()): ${line#windows }"
 	WINDOWS_BAD_SS=${ss:-0}
 	if [ "${bad:-0}" -gt "$WINDOWS_BAD" ]; then
 		fail "$1/zero-windows-seen" "$((bad - WINDOWS_BAD)) windows <= 0 held by mercury sockets: ${line#windows }"

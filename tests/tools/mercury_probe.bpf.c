@@ -23,8 +23,9 @@
  *    before processing it), window_on_state (tcp_cong_state_set) and
  *    window_at_close (tcp_destroy_sock): on any socket of the host whose
  *    CC is mercury, counts a window the kernel would WARN about
- *    (tcp_snd_cwnd_set: snd_cwnd <= 0 as an int) and an ssthresh of 0
- *    (the end of a reduction sets cwnd to it). A window left by one ACK
+ *    (tcp_snd_cwnd_set: snd_cwnd <= 0 as an int) and an ssthresh of 0 or
+ *    past 2^31 - 1 (the end of a reduction sets cwnd to it; PRR overflows
+ *    on it). A window left by one ACK
  *    (PRR, undo, the end of a reduction, the hooks) is seen on the next
  *    segment, on an RTO's move to Loss, or at close; unlike the kernel's
  *    WARN_ON_ONCE, every one is counted, not the first per boot. (This
@@ -62,7 +63,7 @@ __u64 recoveries;
 __u64 port_recoveries;
 __u64 segments_seen;	/* checks of mercury sockets' windows */
 __u64 bad_windows;	/* of those, leaving snd_cwnd <= 0 */
-__u64 bad_ssthresh;	/* of those, leaving snd_ssthresh == 0 */
+__u64 bad_ssthresh;	/* of those, with snd_ssthresh 0 or past 2^31 - 1 */
 __s32 last_bad_cwnd;	/* the last bad window, and its socket's state */
 __u32 last_bad_ssthresh;
 __u8 last_bad_ca_state;
@@ -181,11 +182,11 @@ static __always_inline void check_window(const struct sock *sk)
 	__sync_fetch_and_add(&segments_seen, 1);
 	cwnd = (__s32)BPF_CORE_READ(tp, snd_cwnd);
 	ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
-	if (cwnd > 0 && ssthresh)
+	if (cwnd > 0 && ssthresh && (__s32)ssthresh > 0)
 		return;
 	if (cwnd <= 0)
 		__sync_fetch_and_add(&bad_windows, 1);
-	if (!ssthresh)
+	if (!ssthresh || (__s32)ssthresh < 0)
 		__sync_fetch_and_add(&bad_ssthresh, 1);
 	last_bad_cwnd = cwnd;
 	last_bad_ssthresh = ssthresh;

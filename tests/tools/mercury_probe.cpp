@@ -29,7 +29,7 @@
 //   mercury-probe windows
 //       Counts, host-wide, the times a mercury socket is seen with
 //       snd_cwnd <= 0 (what tcp_snd_cwnd_set WARNs about, once per boot)
-//       or ssthresh 0: on each segment it takes, on a change of its
+//       or ssthresh 0 or past 2^31 - 1: on each segment it takes, on a change of its
 //       congestion state and when it is destroyed (tracepoints), until
 //       SIGINT or SIGTERM. Prints "ready" once attached, and a line
 //       "windows seq=K checks=N bad_windows=B bad_ssthresh=S last=..." on

@@ -101,23 +101,21 @@ MERCURY_HOOK void mercury_on_init(struct sock *sk)
  * mercury_window_ok): a cwnd the kernel WARNs about, or an ssthresh its
  * next step turns into one. Counted, never expected (zero_windows): the
  * kernel warns once per call site and boot, this counts every one, whoever
- * set it. Repaired when @repair (mercury_repair_window). Returns 1 if it
- * was out of bounds.
+ * set it. Repaired when @repair (mercury_repair_window).
  */
-MERCURY_HOOK int mercury_check_window(struct sock *sk, struct mercury_sock *ca,
-				      struct mercury_ctx *x, int repair)
+MERCURY_HOOK void mercury_check_window(struct sock *sk, struct mercury_sock *ca,
+				       struct mercury_ctx *x, int repair)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct mercury_window w;
 
 	mercury_load(tp, ca, &w);
 	if (mercury_window_ok(w.cwnd) && mercury_window_ok(w.ssthresh))
-		return 0;
+		return;
 	MERCURY_COUNT(x, ZERO_WINDOWS);
 	if (repair && mercury_repair_window(&w, ca->weight, tp->prior_cwnd,
 					    mercury_in_reduction(sk)))
 		mercury_store(tp, ca, &w);
-	return 1;
 }
 
 /* Note that this flow's rank has data outstanding right now. */

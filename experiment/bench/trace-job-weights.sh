@@ -26,21 +26,15 @@ out=$(cd "$out" && pwd)
 export PATH=$build/bin:$build/tests/bin:$PATH
 cd "$top/tests/cc"
 . ./lib.sh
-
-loader=""
+. "$top/scripts/bpf-loader.sh"
 busy=()
 cleanup() {
 	topo_clear
 	[ "${#busy[@]}" -eq 0 ] || kill "${busy[@]}" 2>/dev/null
-	[ -z "$loader" ] || { kill "$loader"; wait "$loader"; } 2>/dev/null
+	bpf_loader_stop
 }
 trap cleanup EXIT
-if ! grep -qw mercury /proc/sys/net/ipv4/tcp_available_congestion_control; then
-	mercuryd --datapath=bpf --socket /run/mercury-trace.sock >"$out/loader.log" 2>&1 &
-	loader=$!
-	wait_for 100 grep -qw mercury /proc/sys/net/ipv4/tcp_available_congestion_control ||
-		{ echo "trace: mercuryd --datapath=bpf did not register: $(tail -2 "$out/loader.log")" >&2; exit 1; }
-fi
+bpf_loader_start trace "$out/loader.log" || exit 1
 for _ in $(seq "${LOAD:-0}"); do
 	nice -n "${LOAD_NICE:-19}" sh -c 'while :; do :; done' &
 	busy+=($!)

@@ -18,18 +18,20 @@ DIV=$((10000 / RATE))
 DATAPATH=$([ -d /sys/module/tcp_mercury ] && echo "tcp_mercury.ko" || echo "BPF struct_ops")
 echo "INFO demo: $W workers, $S servers, ${RATE} Mbit/s links, bytes /$DIV (= 10 Gbit/s), $ITER iterations (2 warm-up), datapath $DATAPATH"
 
-bound() {	# bound PROFILE [FIELD]: the iteration time no run can beat on this topology
+bound() {	# bound PROFILE: the iteration time no run can beat on this topology (JSON)
 	mercury-replay bound --profile "$1" --mode mercury --workers "$W" --servers-count "$S" \
-		--byte-divisor "$DIV" --rate-mbit "$RATE" --iterations "$ITER" | sed "s/.*\"${2:-bound_s}\":\([0-9.]*\).*/\1/"
+		--byte-divisor "$DIV" --rate-mbit "$RATE" --iterations "$ITER"
 }
+field() { echo "$1" | sed "s/.*\"$2\":\([0-9.]*\).*/\1/"; }	# field JSON NAME
 
-# headroom MODEL MEAN: a compute-bound model (its busiest link busy for less
-# than half its compute) that fifo runs above its bound says the hosts' CPUs,
-# not the links, set the pace: the comparison then measures the emulation.
+# headroom MODEL MEAN BOUND_JSON: a compute-bound model (its busiest link
+# busy for less than half its compute) that fifo runs above its bound says
+# the hosts' CPUs, not the links, set the pace: the comparison then measures
+# the emulation.
 headroom() {
-	local profile=$PROFILES/$1.graph.txt compute link
-	compute=$(bound "$profile" compute_s)
-	link=$(bound "$profile" link_s)
+	local compute link
+	compute=$(field "$3" compute_s)
+	link=$(field "$3" link_s)
 	awk -v c="$compute" -v l="$link" -v m="$2" 'BEGIN { exit !(l < c / 2 && m > 1.05 * c) }' || return 0
 	echo "INFO demo: CPU-bound here: fifo ran $1, which is compute-bound (links busy ${link} s of ${compute} s)," \
 		"at $(awk -v m="$2" -v c="$compute" 'BEGIN { printf "%.2f", m / c }')x its bound; Mercury's mode runs more" \
@@ -49,8 +51,9 @@ datapath_counters() {
 }
 
 run() {	# run MODEL MODE[:CC]
-	local profile=$PROFILES/$1.graph.txt out mean mode=${2%%:*} cc=
+	local profile=$PROFILES/$1.graph.txt out mean mode=${2%%:*} cc= limits
 	[ "$mode" = "$2" ] || cc=${2#*:}
+	limits=$(bound "$profile")
 	sh "$SCRIPTS/cluster.sh" up "$W" "$S" "$RATE"
 	out=$(REPLAY_ARGS="${cc:+--cc $cc}" sh "$SCRIPTS/train.sh" "$profile" "$mode" "$W" "$S" "$DIV" "$ITER")
 	[ -d /sys/module/tcp_mercury ] || grep -qw mercury /proc/sys/net/ipv4/tcp_available_congestion_control &&
@@ -63,9 +66,9 @@ run() {	# run MODEL MODE[:CC]
 		if (k["\"pushed_bytes\""] != k["\"expected_push_bytes\""] || k["\"pulled_bytes\""] != k["\"expected_pull_bytes\""]) bad++ }
 		END { print bad ? "no" : "yes" }')
 	echo "RESULT model=$1 mode=$2 cc=$(echo "$out" | grep -o '"cc":"[a-z0-9_]*"' | sort -u | cut -d'"' -f4 | paste -sd+)" \
-		"mean_s=${mean:-nan} bound_s=$(bound "$profile") bytes_accounted=$bytes_ok"
+		"mean_s=${mean:-nan} bound_s=$(field "$limits" bound_s) bytes_accounted=$bytes_ok"
 	echo "$out" | grep '"role":"worker"' | head -1 | sed 's/^/INFO /'
-	[ "$2" != fifo ] || [ -z "$mean" ] || headroom "$1" "$mean"
+	[ "$2" != fifo ] || [ -z "$mean" ] || headroom "$1" "$mean" "$limits"
 	# A run without results says why (the replayer's errors are in its output).
 	[ -n "$mean" ] || echo "$out" | grep -v '^{' | head -5 | sed 's/^/INFO failed: /'
 }

@@ -195,14 +195,16 @@ class Client:
 
     def register_socket(self, layer: int, sock: SocketLike) -> bool:
         """This TCP connection carries ``layer``'s tensor. The socket is passed
-        (proving ownership) and a duplicate kept until :meth:`release_socket`."""
+        (proving ownership); its number and cookie are kept (no descriptor
+        more) to pass it again to a restarted agent until :meth:`release_socket`."""
         if not self._handle:
             return False
         return self._check(_lib.mercury_register_socket(self._handle, layer, _fd(sock)), "register_socket")
 
     def release_socket(self, sock: SocketLike) -> None:
-        """Drops the library's duplicate of a registered socket: call it
-        before closing a socket you registered, or the connection stays open."""
+        """Forgets a registered socket: call it before closing a socket you
+        registered (one closed without it is forgotten when its number no
+        longer names it)."""
         if self._handle:
             self._check(_lib.mercury_release_socket(self._handle, _fd(sock)), "release_socket")
 

@@ -42,13 +42,14 @@ int mercury_report_timings(mercury_client *client, uint64_t iteration,
 
 /*
  * This TCP socket carries @layer's tensor. The fd is passed, proving
- * ownership; the library keeps a duplicate to pass again to a restarted
- * agent, so call mercury_release_socket() before closing a socket you
- * registered (or the connection stays open until mercury_close()).
+ * ownership; the library keeps its number and cookie (not a duplicate: no
+ * descriptor more) to pass it again to a restarted agent. Call
+ * mercury_release_socket() before closing a socket you registered; one
+ * closed without it is forgotten when its cookie no longer matches.
  */
 int mercury_register_socket(mercury_client *client, uint32_t layer, int fd);
 
-/* Drops the library's duplicate of a registered socket (layer or lane). */
+/* Forgets a registered socket (layer or lane): it is not passed again. */
 int mercury_release_socket(mercury_client *client, int fd);
 
 /*
@@ -56,9 +57,10 @@ int mercury_release_socket(mercury_client *client, int fd);
  * connections opens @lanes sets of them instead (1..8) and sends each layer
  * on the lane of its rank: lane = rank * lanes / 8. This socket carries lane
  * @lane; the agent gives it that lane's rank, ceil(lane * 8 / lanes). The
- * fd is passed (proving ownership), and the library keeps a duplicate to
- * pass again to a restarted agent until mercury_release_lanes() or
- * mercury_close(): release before closing the lanes' sockets.
+ * fd is passed (proving ownership), and the library keeps its number and
+ * cookie to pass it again to a restarted agent until
+ * mercury_release_lanes() or mercury_close(): release before closing the
+ * lanes' sockets.
  */
 int mercury_register_lane(mercury_client *client, uint32_t lane, uint32_t lanes, int fd);
 

@@ -28,7 +28,6 @@
 
 #include <mercury/client.h>
 #include "protocol/wire.hpp"
-#include "unique_fd.hpp"
 
 namespace {
 
@@ -37,35 +36,39 @@ using namespace mercury;
 constexpr auto kRetryPeriod = std::chrono::milliseconds(200);
 constexpr size_t kMaxPending = 4 << 20;  // give up on a stuck agent beyond this
 
-UniqueFd dup_fd(int fd)
-{
-    return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
-}
-
-// One frame waiting to be written; a passed socket rides on its first byte.
-struct OutFrame {
-    std::vector<uint8_t> bytes;
-    UniqueFd pass;
-    size_t sent = 0;
-};
-
-struct LaneSocket {
-    uint32_t lane, lanes;
-    UniqueFd fd;  // kept to prove ownership again to a restarted agent
-};
-
-struct LayerSocket {
-    uint32_t layer;
-    uint64_t cookie;
-    UniqueFd fd;  // kept to prove ownership again to a restarted agent
-};
-
 uint64_t cookie_of(int fd)
 {
     uint64_t cookie = 0;
     socklen_t len = sizeof(cookie);
     return getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) == 0 ? cookie : 0;
 }
+
+// The caller's socket, by number and cookie: no duplicate (a job's
+// sockets would take twice the descriptors). The cookie tells whether the
+// number still names that socket when it is passed (again): if the caller
+// closed it without releasing it, the number may name another by then.
+struct SocketRef {
+    int fd = -1;
+    uint64_t cookie = 0;
+    bool live() const { return fd >= 0 && cookie && cookie_of(fd) == cookie; }
+};
+
+// One frame waiting to be written; a passed socket rides on its first byte.
+struct OutFrame {
+    std::vector<uint8_t> bytes;
+    SocketRef pass;
+    size_t sent = 0;
+};
+
+struct LaneSocket {
+    uint32_t lane, lanes;
+    SocketRef socket;  // to prove ownership again to a restarted agent
+};
+
+struct LayerSocket {
+    uint32_t layer;
+    SocketRef socket;  // to prove ownership again to a restarted agent
+};
 
 }  // namespace
 
@@ -113,14 +116,19 @@ struct mercury_client {
             msg.msg_iov = &iov;
             msg.msg_iovlen = 1;
             alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-            if (f.pass && f.sent == 0) {
+            if (f.pass.fd >= 0 && f.sent == 0 && !f.pass.live()) {
+                out_bytes -= f.bytes.size();   // its socket is gone: nothing to register
+                out.pop_front();
+                continue;
+            }
+            if (f.pass.fd >= 0 && f.sent == 0) {
                 msg.msg_control = control;
                 msg.msg_controllen = sizeof(control);
                 cmsghdr* c = CMSG_FIRSTHDR(&msg);
                 c->cmsg_level = SOL_SOCKET;
                 c->cmsg_type = SCM_RIGHTS;
                 c->cmsg_len = CMSG_LEN(sizeof(int));
-                const int pass = f.pass.get();
+                const int pass = f.pass.fd;
                 std::memcpy(CMSG_DATA(c), &pass, sizeof(int));
             }
             const ssize_t n = ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -130,8 +138,6 @@ struct mercury_client {
                 return;
             }
             f.sent += static_cast<size_t>(n);
-            if (f.sent > 0)
-                f.pass.reset();  // the kernel holds its own reference now
             if (f.sent == f.bytes.size()) {
                 out_bytes -= f.bytes.size();
                 out.pop_front();
@@ -139,8 +145,9 @@ struct mercury_client {
         }
     }
 
-    // Queues @frame (with a dup of @pass_fd as SCM_RIGHTS if >= 0) and writes what it can.
-    int send_frame(std::vector<uint8_t> frame, int pass_fd = -1)
+    // Queues @frame (with @pass as SCM_RIGHTS, if given and still that
+    // socket when it goes) and writes what it can.
+    int send_frame(std::vector<uint8_t> frame, SocketRef pass = {})
     {
         if (fd < 0)
             return MERCURY_E_NOAGENT;
@@ -148,12 +155,7 @@ struct mercury_client {
             disconnect();
             return MERCURY_E_NOAGENT;
         }
-        OutFrame f{std::move(frame), {}, 0};
-        if (pass_fd >= 0) {
-            f.pass = dup_fd(pass_fd);
-            if (!f.pass)
-                return MERCURY_E_NOMEM;
-        }
+        OutFrame f{std::move(frame), pass, 0};
         out_bytes += f.bytes.size();
         out.push_back(std::move(f));
         flush();
@@ -186,11 +188,14 @@ struct mercury_client {
             send(*model);
         if (last_timings)
             send(*last_timings);
+        // Sockets closed without a release are forgotten here.
+        std::erase_if(registrations, [](const LayerSocket& r) { return !r.socket.live(); });
+        std::erase_if(lanes, [](const LaneSocket& l) { return !l.socket.live(); });
         for (const auto& r : registrations)
-            send_frame(proto::encode(proto::Register{r.layer, proto::ConnKind::kPassedFd, {}}), r.fd.get());
+            send_frame(proto::encode(proto::Register{r.layer, proto::ConnKind::kPassedFd, {}}), r.socket);
         for (const auto& l : lanes)
             send_frame(proto::encode(proto::RegisterLane{static_cast<uint8_t>(l.lane), static_cast<uint8_t>(l.lanes)}),
-                       l.fd.get());
+                       l.socket);
         if (subscribed)
             send(proto::SubscribeRanks{});
     }
@@ -314,18 +319,15 @@ int mercury_register_socket(mercury_client* c, uint32_t layer, int fd)
     const uint64_t cookie = cookie_of(fd);
     if (!cookie)
         return MERCURY_E_INVAL;
-    UniqueFd kept = dup_fd(fd);
-    if (!kept)
-        return MERCURY_E_NOMEM;
     std::lock_guard lock(c->mu);
     if (!c->model)
         return MERCURY_E_NOMODEL;
     if (layer >= c->model->layers.size())
         return MERCURY_E_INVAL;
-    c->registrations.push_back(LayerSocket{layer, cookie, std::move(kept)});
+    c->registrations.push_back(LayerSocket{layer, SocketRef{fd, cookie}});
     // Passing the socket proves we own it, now and to a restarted agent.
     return c->send_frame(proto::encode(proto::Register{layer, proto::ConnKind::kPassedFd, {}}),
-                         c->registrations.back().fd.get());
+                         c->registrations.back().socket);
 }
 
 int mercury_release_socket(mercury_client* c, int fd)
@@ -336,8 +338,12 @@ int mercury_release_socket(mercury_client* c, int fd)
     std::lock_guard lock(c->mu);
     if (!cookie)
         return MERCURY_E_INVAL;
-    std::erase_if(c->registrations, [&](const LayerSocket& r) { return r.cookie == cookie; });
-    std::erase_if(c->lanes, [&](const LaneSocket& l) { return cookie_of(l.fd.get()) == cookie; });
+    std::erase_if(c->registrations, [&](const LayerSocket& r) { return r.socket.cookie == cookie; });
+    std::erase_if(c->lanes, [&](const LaneSocket& l) { return l.socket.cookie == cookie; });
+    // A frame still queued to pass it: the caller may close it now.
+    for (auto& f : c->out)
+        if (f.pass.cookie == cookie && f.sent == 0)
+            f.pass.cookie = 0;   // not live: dropped when its turn comes
     return MERCURY_OK;
 }
 
@@ -349,13 +355,13 @@ int mercury_register_lane(mercury_client* c, uint32_t lane, uint32_t lanes, int 
     socklen_t len = sizeof(protocol);
     if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 || protocol != IPPROTO_TCP)
         return MERCURY_E_INVAL;
-    UniqueFd kept = dup_fd(fd);
-    if (!kept)
-        return MERCURY_E_NOMEM;
+    const uint64_t cookie = cookie_of(fd);
+    if (!cookie)
+        return MERCURY_E_INVAL;
     std::lock_guard lock(c->mu);
-    c->lanes.push_back(LaneSocket{lane, lanes, std::move(kept)});
+    c->lanes.push_back(LaneSocket{lane, lanes, SocketRef{fd, cookie}});
     return c->send_frame(proto::encode(proto::RegisterLane{static_cast<uint8_t>(lane), static_cast<uint8_t>(lanes)}),
-                         c->lanes.back().fd.get());
+                         c->lanes.back().socket);
 }
 
 int mercury_release_lanes(mercury_client* c)

@@ -6,6 +6,7 @@
 //
 //   mercury-replay worker --id W --servers IP:PORT,... COMMON [--iterations K] [--warmup N]
 //                         [--secret-file FILE]   (else $MERCURY_PS_SECRET)
+//                         --run N   the run's id: every worker of one run the same, a new one per run
 //   mercury-replay ps-args COMMON   (the mercury-ps options that serve the mode:
 //                         --job, --cc, --aggregation, --chunk-bytes, --no-agent)
 //   mercury-replay sim    --rate-mbit R COMMON [--sim-ranks layer|agent]
@@ -71,6 +72,8 @@
 #include "mercury/uapi.h"
 #include "model.hpp"
 #include "ps/wire.hpp"
+
+#include <openssl/rand.h>
 #include "learner/priorities.hpp"
 #include "simulator.hpp"
 #include "unique_fd.hpp"
@@ -83,7 +86,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kChunk = 16384;  // wire bytes per chunk (after scaling)
 constexpr uint32_t kChunkElems = kChunk / sizeof(float);   // mercury-ps --chunk-bytes kChunk
-static_assert(sizeof(ps::Header) == 16, "the bound and the simulator count 16-byte headers");
+// What a chunk costs on the wire beyond its payload: its header and tag
+// (the bound and the simulator count them).
+constexpr uint64_t kFrameBytes = sizeof(ps::Header) + ps::kTagBytes;
 // What tbf counts per payload byte: full-sized segments, 1448 payload bytes
 // (with timestamps) in a 1514-byte frame.
 constexpr double kWirePerPayload = 1514.0 / 1448.0;
@@ -111,6 +116,7 @@ struct Options {
     std::string sim_ranks = "layer";         // sim: per-layer priority, or "agent": mercuryd's ranks
     std::string job;                         // the job name the agents see; empty: the model's
     std::string secret_file;                 // the servers' secret; empty: $MERCURY_PS_SECRET
+    uint64_t run = 0;                        // the run's id (mercury-ps refuses a worker of another run)
     uint32_t id = 0, workers = 1, servers = 1, iterations = 10, warmup = 2;
     double byte_divisor = 1, rate_mbit = 100;
     uint64_t partition_bytes = 4 * kChunk;   // bytescheduler, after scaling
@@ -306,11 +312,13 @@ void send_all(int fd, const void* p, size_t n)
 }
 
 // One connection to a mercury-ps, after the handshake: pushes queued out
-// (zeros: the replayer moves bytes, not gradients), sums, acks and errors in.
+// (zeros: the replayer moves bytes, not gradients), each tagged as a
+// worker's is; sums, acks and errors in, each tag checked.
 // Non-blocking: a blocking write here deadlocks (both ends writing, none reading).
 class Conn {
 public:
-    Conn(int fd, uint32_t server) : fd_(fd), server_(server)
+    Conn(int fd, uint32_t server, ps::FrameMac up, ps::FrameMac down)
+        : fd_(fd), server_(server), up_(std::move(up)), down_(std::move(down))
     {
         ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     }
@@ -318,46 +326,54 @@ public:
     uint32_t server() const { return server_; }
     bool want_write() const { return !out_.empty(); }
 
-    void queue(ps::Type type, uint32_t key = 0, uint32_t offset = 0, uint32_t count = 0)
+    void queue(ps::Type type, uint32_t key = 0, uint32_t offset = 0, uint32_t count = 0, uint32_t iteration = 0)
     {
-        ps::Header h{};
-        h.type = type;
-        h.key = key;
-        h.offset = offset;
-        h.count = count;
-        out_.push_back({h, 0});
+        Out o{};
+        o.header.type = type;
+        o.header.key = key;
+        o.header.offset = offset;
+        o.header.count = count;
+        o.header.iteration = iteration;
+        o.payload = type == ps::Type::kPush ? count * sizeof(float) : 0;
+        o.tag = up_.next({reinterpret_cast<const uint8_t*>(&o.header), sizeof(o.header)}, {zeros(), o.payload});
+        out_.push_back(o);
     }
 
-    // Writes what the socket takes; returns bytes of payload+headers sent.
+    // Writes what the socket takes; returns bytes of frames sent.
     uint64_t flush()
     {
-        static const std::vector<char> zeros(kChunk + sizeof(float), 0);
         uint64_t sent = 0;
         while (!out_.empty()) {
-            auto& [h, off] = out_.front();
-            const size_t payload = h.type == ps::Type::kPush ? h.count * sizeof(float) : 0;
-            const size_t total = sizeof(h) + payload;
-            iovec iov[2];
+            Out& o = out_.front();
+            const size_t parts[3] = {sizeof(o.header), o.payload, o.tag.size()};
+            const char* bases[3] = {reinterpret_cast<const char*>(&o.header), reinterpret_cast<const char*>(zeros()),
+                                    reinterpret_cast<const char*>(o.tag.data())};
+            iovec iov[3];
             int n = 0;
-            if (off < sizeof(h))
-                iov[n++] = {reinterpret_cast<char*>(&h) + off, sizeof(h) - off};
-            const size_t payload_off = off > sizeof(h) ? off - sizeof(h) : 0;
-            if (payload > payload_off)
-                iov[n++] = {const_cast<char*>(zeros.data()), payload - payload_off};
+            size_t skip = o.off;
+            for (int i = 0; i < 3; ++i) {
+                if (skip >= parts[i]) {
+                    skip -= parts[i];
+                    continue;
+                }
+                iov[n++] = {const_cast<char*>(bases[i]) + skip, parts[i] - skip};
+                skip = 0;
+            }
             const ssize_t w = ::writev(fd_.get(), iov, n);
             if (w <= 0)
                 break;
-            off += static_cast<size_t>(w);
+            o.off += static_cast<size_t>(w);
             sent += static_cast<uint64_t>(w);
-            if (off < total)
+            if (o.off < parts[0] + parts[1] + parts[2])
                 break;
             out_.pop_front();
         }
         return sent;
     }
 
-    // Reads and calls @on_message(header) per whole Pull or Ack. False on
-    // EOF; throws on an Error (its text) or anything else unexpected.
+    // Reads and calls @on_message(header) per whole, authentic Pull or Ack.
+    // False on EOF; throws on an Error (its text), a bad tag or anything
+    // else unexpected.
     template <typename F>
     bool read(F&& on_message)
     {
@@ -375,43 +391,61 @@ public:
                 i += static_cast<ssize_t>(take);
                 if (have_ < sizeof(in_))
                     continue;
-                if (in_.type == ps::Type::kPull)
-                    payload_ = in_.count * sizeof(float);
-                else if (in_.type == ps::Type::kError)
-                    payload_ = std::min<size_t>(in_.count, ps::kMaxErrorText);
+                if (in_.type == ps::Type::kPull && in_.count <= kChunkElems)
+                    payload_.resize(in_.count * sizeof(float));
+                else if (in_.type == ps::Type::kError && in_.count <= ps::kMaxErrorText)
+                    payload_.resize(in_.count);
                 else if (in_.type == ps::Type::kAck)
-                    payload_ = 0;
+                    payload_.clear();
                 else
                     throw std::runtime_error("mercury-ps sent message type " +
-                                             std::to_string(static_cast<unsigned>(in_.type)));
-                text_.clear();
+                                             std::to_string(static_cast<unsigned>(in_.type)) + " of " +
+                                             std::to_string(in_.count));
             }
-            const size_t left = sizeof(in_) + payload_ - have_;
-            const size_t take = std::min<size_t>(left, static_cast<size_t>(n - i));
-            if (in_.type == ps::Type::kError)
-                text_.append(buf + i, take);
-            else
-                received_ += take;
-            have_ += take;
+            const size_t frame = sizeof(in_) + payload_.size() + ps::kTagBytes;
+            const size_t take = std::min<size_t>(frame - have_, static_cast<size_t>(n - i));
+            for (size_t j = 0; j < take; ++j, ++have_) {
+                const size_t at = have_ - sizeof(in_);
+                (at < payload_.size() ? payload_[at] : tag_[at - payload_.size()]) = static_cast<uint8_t>(buf[i + j]);
+            }
             i += static_cast<ssize_t>(take);
-            if (have_ == sizeof(in_) + payload_) {
-                if (in_.type == ps::Type::kError)
-                    throw std::runtime_error("server " + std::to_string(server_) + ": " + text_);
-                on_message(in_);
-                have_ = 0;
-            }
+            if (have_ < frame)
+                continue;
+            have_ = 0;
+            if (!ps::same_mac(down_.next({reinterpret_cast<const uint8_t*>(&in_), sizeof(in_)}, payload_), tag_))
+                throw std::runtime_error("server " + std::to_string(server_) + ": a message failed authentication");
+            if (in_.type == ps::Type::kError)
+                throw std::runtime_error("server " + std::to_string(server_) + ": " +
+                                         std::string(payload_.begin(), payload_.end()));
+            if (in_.type == ps::Type::kPull)
+                received_ += payload_.size();
+            on_message(in_);
         }
         return true;
     }
     uint64_t received_payload() const { return received_; }
 
 private:
+    struct Out {
+        ps::Header header;
+        size_t payload;
+        ps::Tag tag;
+        size_t off;   // bytes of the frame written
+    };
+    static const uint8_t* zeros()
+    {
+        static const std::vector<uint8_t> bytes(kChunk, 0);
+        return bytes.data();
+    }
+
     mercury::UniqueFd fd_;
     uint32_t server_;
-    std::deque<std::pair<ps::Header, size_t>> out_;
+    ps::FrameMac up_, down_;
+    std::deque<Out> out_;
     ps::Header in_{};
-    size_t have_ = 0, payload_ = 0;
-    std::string text_;
+    size_t have_ = 0;
+    std::vector<uint8_t> payload_;
+    ps::Tag tag_{};
     uint64_t received_ = 0;
 };
 
@@ -553,13 +587,14 @@ std::string wait_json_top(const std::vector<double>& wait_s, size_t iterations)
 
 // Connects to a mercury-ps and joins the plan's job on @lane: the
 // challenge, the Hello with its MAC over the secret, the server's keys;
-// AckPushes for bytescheduler. Returns once the server says Ready.
-int connect_ps(const Options& o, const Plan& plan, const std::string& secret, const Endpoint& ep, uint32_t server,
-               uint32_t lane)
+// AckPushes for bytescheduler. Returns once the server has proven it holds
+// the secret (its Ready's tag).
+std::unique_ptr<Conn> connect_ps(const Options& o, const Plan& plan, const std::string& secret, const Endpoint& ep,
+                                 uint32_t server, uint32_t lane, uint64_t run, uint64_t instance)
 {
-    const int fd = tcp_connect(ep, plan.cc);
+    UniqueFd fd(tcp_connect(ep, plan.cc));
     ps::Challenge challenge{};
-    read_exact(fd, &challenge, sizeof(challenge), "the handshake");
+    read_exact(fd.get(), &challenge, sizeof(challenge), "the handshake");
     if (challenge.magic != ps::kMagic || challenge.version != ps::kVersion)
         throw std::runtime_error(ep.to_string() + " is not a mercury-ps version " + std::to_string(ps::kVersion));
     if (challenge.chunk_elems != kChunkElems)
@@ -576,30 +611,46 @@ int connect_ps(const Options& o, const Plan& plan, const std::string& secret, co
     hello.lane = lane;
     hello.lanes = static_cast<uint32_t>(plan.lanes.size());
     hello.key_count = static_cast<uint32_t>(ids.size());
-    const auto mac = ps::hello_mac(secret, std::span<const uint8_t, ps::kNonceBytes>(challenge.nonce), hello, plan.job);
+    hello.run = run;
+    hello.instance = instance;
+    if (RAND_bytes(hello.nonce, sizeof(hello.nonce)) != 1)
+        throw std::runtime_error("no random bytes for the handshake");
+    const auto mac = ps::hello_mac(secret, challenge.nonce, hello, plan.job);
     std::memcpy(hello.mac, mac.data(), mac.size());
+    ps::FrameMac up(secret, challenge.nonce, hello.nonce, ps::FrameMac::Direction::kToServer);
+    ps::FrameMac down(secret, challenge.nonce, hello.nonce, ps::FrameMac::Direction::kToWorker);
     std::vector<uint64_t> sizes;
     for (uint32_t k : ids)
         sizes.push_back(plan.keys[k].elems);
-    send_all(fd, &hello, sizeof(hello));
-    send_all(fd, plan.job.data(), plan.job.size());
-    send_all(fd, sizes.data(), sizes.size() * sizeof(uint64_t));
-    if (plan.mode.partitioned) {
-        ps::Header ack{};
-        ack.type = ps::Type::kAckPushes;
-        send_all(fd, &ack, sizeof(ack));
-    }
+    const auto sizes_tag = up.next({reinterpret_cast<const uint8_t*>(sizes.data()), sizes.size() * sizeof(uint64_t)});
+    send_all(fd.get(), &hello, sizeof(hello));
+    send_all(fd.get(), plan.job.data(), plan.job.size());
+    send_all(fd.get(), sizes.data(), sizes.size() * sizeof(uint64_t));
+    send_all(fd.get(), sizes_tag.data(), sizes_tag.size());
     ps::Header reply{};
-    read_exact(fd, &reply, sizeof(reply), "the handshake");
+    read_exact(fd.get(), &reply, sizeof(reply), "the handshake");
+    std::string text;
     if (reply.type == ps::Type::kError) {
-        std::string text(std::min<size_t>(reply.count, ps::kMaxErrorText), '\0');
-        read_exact(fd, text.data(), text.size(), "the handshake");
-        throw std::runtime_error(ep.to_string() + " refused: " + text);
-    }
-    if (reply.type != ps::Type::kReady)
+        text.resize(std::min<size_t>(reply.count, ps::kMaxErrorText));
+        read_exact(fd.get(), text.data(), text.size(), "the handshake");
+    } else if (reply.type != ps::Type::kReady) {
         throw std::runtime_error(ep.to_string() + " answered the handshake with type " +
                                  std::to_string(static_cast<unsigned>(reply.type)));
-    return fd;
+    }
+    ps::Tag tag{};
+    read_exact(fd.get(), tag.data(), tag.size(), "the handshake");
+    const bool proven = ps::same_mac(
+        down.next({reinterpret_cast<const uint8_t*>(&reply), sizeof(reply)},
+                  {reinterpret_cast<const uint8_t*>(text.data()), text.size()}),
+        tag);
+    if (reply.type == ps::Type::kError)
+        throw std::runtime_error(ep.to_string() + " refused" + (proven ? "" : " (unauthenticated)") + ": " + text);
+    if (!proven)
+        throw std::runtime_error(ep.to_string() + " did not prove it holds the job's secret");
+    auto conn = std::make_unique<Conn>(fd.release(), server, std::move(up), std::move(down));
+    if (plan.mode.partitioned)
+        conn->queue(ps::Type::kAckPushes);
+    return conn;
 }
 
 int run_worker(const Options& o)
@@ -612,8 +663,14 @@ int run_worker(const Options& o)
     if (servers.size() != o.servers)
         throw std::runtime_error("--servers lists " + std::to_string(servers.size()) + " endpoints");
     const std::string secret = read_secret(o.secret_file);
+    if (!o.run)
+        throw std::runtime_error("worker needs --run N, the same for every worker of the run (mercury-ps refuses "
+                                 "workers of another run, and of a run that has ended)");
 
     auto agent = join_agent(plan, plan.job, o.id);
+    uint64_t instance = 0;
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(&instance), sizeof(instance)) != 1)
+        throw std::runtime_error("no random bytes for the worker's instance");
     // conns[server][lane]; lanes with no tensors stay closed, and so do
     // servers with no keys (more servers than shards).
     Conns conns(servers.size());
@@ -624,10 +681,9 @@ int run_worker(const Options& o)
         for (uint32_t lane = 0; lane < plan.lanes.size(); ++lane) {
             if (!plan.lanes[lane])
                 continue;
-            const int fd = connect_ps(o, plan, secret, servers[s], s, lane);
+            conns[s][lane] = connect_ps(o, plan, secret, servers[s], s, lane, o.run, instance);
             if (agent)
-                agent->register_socket(plan.layer_of_rank[lane], fd);
-            conns[s][lane] = std::make_unique<Conn>(fd, s);
+                agent->register_socket(plan.layer_of_rank[lane], conns[s][lane]->fd());
         }
     }
 
@@ -664,7 +720,8 @@ int run_worker(const Options& o)
         pushed_in[key] = it;
         for (uint32_t c = k.first_chunk; c < k.first_chunk + k.chunks; ++c) {
             const uint32_t count = plan.chunk_elems(k.shard, c);
-            conns[k.server][plan.lane(k.shard)]->queue(ps::Type::kPush, k.id, (c - k.first_chunk) * kChunkElems, count);
+            conns[k.server][plan.lane(k.shard)]->queue(ps::Type::kPush, k.id, (c - k.first_chunk) * kChunkElems, count,
+                                                       it);
             pushed_payload += uint64_t{count} * sizeof(float);
         }
     };
@@ -690,6 +747,10 @@ int run_worker(const Options& o)
             throw std::runtime_error("server " + std::to_string(conn.server()) + " answered key " +
                                      std::to_string(h.key) + ", which it does not have");
         const uint32_t key = ids[h.key];
+        if (h.iteration != pushed_in[key])
+            throw std::runtime_error("server " + std::to_string(conn.server()) + " answered key " +
+                                     std::to_string(h.key) + " of iteration " + std::to_string(h.iteration) +
+                                     "; it was pushed in " + std::to_string(pushed_in[key]));
         if (h.type == ps::Type::kAck)
             scheduler.acked(key, uint64_t{h.offset} + h.count);
         else
@@ -860,7 +921,7 @@ int run_ps_args(const Options& o)
 // A lower bound on the iteration time no schedule can beat, whatever the
 // transport: the compute time (a worker's forward and backward passes run
 // one after the other), and the busiest link's bytes at the link's rate.
-// Bytes on a link: every chunk's payload and 16-byte header, carried in
+// Bytes on a link: every chunk's payload, header and tag, carried in
 // full-sized TCP segments (1448 payload bytes in a 1514-byte frame, which is
 // what tbf counts); ACKs and bytescheduler's credit messages are left out,
 // so the bound stays below anything achievable.
@@ -875,7 +936,7 @@ int run_bound(const Options& o)
     std::vector<double> server_bytes(o.servers, 0);   // one worker's pushes to each server
     double worker_bytes = 0;
     for (uint32_t s = 0; s < plan.placement.shards.size(); ++s) {
-        const double b = static_cast<double>(plan.placement.shards[s].bytes) + sizeof(ps::Header) * plan.chunks[s];
+        const double b = static_cast<double>(plan.placement.shards[s].bytes) + kFrameBytes * plan.chunks[s];
         worker_bytes += b;
         server_bytes[plan.placement.shards[s].server] += b;
     }
@@ -910,7 +971,7 @@ int run_sim(const Options& o)
     c.servers = o.servers;
     c.link_bytes_per_s = o.rate_mbit * 1e6 / 8;
     c.chunk_bytes = kChunk;
-    c.header_bytes = sizeof(ps::Header);
+    c.header_bytes = kFrameBytes;
     c.wire_per_payload = kWirePerPayload;
     c.priority = plan.mode.priority;
     if (o.sim_ranks != "layer" && o.sim_ranks != "agent")
@@ -982,6 +1043,7 @@ Options parse(int argc, char** argv)
         else if (a == "--sim-ranks") o.sim_ranks = v;
         else if (a == "--job") o.job = v;
         else if (a == "--secret-file") o.secret_file = v;
+        else if (a == "--run") o.run = std::stoull(v);
         else throw std::runtime_error("unknown option " + a);
     }
     if (o.role == "layers") {

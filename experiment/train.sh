@@ -33,6 +33,9 @@ esac
 # The job's secret, fresh per run, shared by its workers and servers.
 secret="$out/secret"
 (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$secret")
+# The run's id, fresh too: the servers take no worker of another run.
+run_id=$(od -An -N7 -tu8 /dev/urandom | tr -d ' ')
+run_id=$((run_id + 1))
 ps_args=$(mercury-replay ps-args $common)
 list=""
 j=0
@@ -48,7 +51,7 @@ pids=""
 i=0
 while [ $i -lt "$workers" ]; do
 	MERCURY_SOCKET=/run/mc-w$i.sock $IP netns exec "mc-w$i" \
-		mercury-replay worker --id $i --servers "$list" --secret-file "$secret" $common >"$out/w$i.json" 2>&1 &
+		mercury-replay worker --id $i --servers "$list" --secret-file "$secret" --run "$run_id" $common >"$out/w$i.json" 2>&1 &
 	pids="$pids $!"
 	i=$((i + 1))
 done

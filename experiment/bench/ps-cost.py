@@ -25,10 +25,11 @@ import time
 from typing import Dict, List
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from mercury.ps import Connection, PushPull  # noqa: E402
+from mercury.ps import Connection, PushPull, new_id  # noqa: E402
 
 NS = "mercury-ps-cost"
 KEY_ELEMS = 1 << 20     # 4 MB keys
+COST_SECRET = "the cost bench's secret, 32 bytes or more"
 
 
 def rss_bytes(pid: int) -> int:
@@ -64,15 +65,17 @@ def main() -> int:
 
     keys = [KEY_ELEMS] * max(1, args.model_mb // 4)
     with tempfile.NamedTemporaryFile("w") as secret:
-        secret.write("cost\n")
+        secret.write(COST_SECRET + "\n")
         secret.flush()
         server = subprocess.Popen([args.mercury_ps, "--listen", "127.0.0.1:7300", "--job", "cost", "--secret-file",
                                    secret.name, "--cc", "cubic", "--no-agent", "--log-level", "warn"])
         try:
             time.sleep(0.3)
             idle_rss = rss_bytes(server.pid)
-            conns = [{(0, 0): Connection("127.0.0.1:7300", job="cost", secret=b"cost", worker=w,
-                                         workers=args.workers, lane=0, lanes=1, key_elems=keys, cc="cubic")}
+            run = new_id()
+            conns = [{(0, 0): Connection("127.0.0.1:7300", job="cost", secret=COST_SECRET.encode(),
+                                         worker=w, workers=args.workers, lane=0, lanes=1, key_elems=keys,
+                                         cc="cubic", run=run, instance=new_id())}
                      for w in range(args.workers)]
             time.sleep(0.2)
             declared_rss = rss_bytes(server.pid)

@@ -23,21 +23,26 @@ import time
 from dataclasses import dataclass
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["PsError", "Connection", "PushPull", "Work", "read_secret", "place", "Part", "PLACEMENTS",
-           "PARTITION_BYTES", "MXNET_SPLIT_ELEMS", "MAGIC", "VERSION"]
+__all__ = ["PsError", "Connection", "PushPull", "Work", "FrameMac", "read_secret", "weak_secret", "new_id",
+           "place", "Part", "PLACEMENTS", "PARTITION_BYTES", "MXNET_SPLIT_ELEMS", "MAGIC", "VERSION"]
 
 MAGIC = 0x3153504D          # "MPS1"; ps::kMagic
-VERSION = 1                 # ps::kVersion
+VERSION = 2                 # ps::kVersion
 NONCE_BYTES = 32            # ps::kNonceBytes
 MAC_BYTES = 32              # ps::kMacBytes
+TAG_BYTES = 16              # ps::kTagBytes
 MAX_JOB_NAME = 64           # ps::kMaxJobName
 MAX_LANES = 8               # ps::kMaxLanes
 MAX_KEYS = 1 << 16          # ps::kMaxKeys
+MAX_ERROR_TEXT = 4096       # ps::kMaxErrorText
+MIN_SECRET_BYTES = 32       # ps::kMinSecretBytes
+MIN_SECRET_DISTINCT = 10    # ps::kMinSecretDistinct
 PUSH, BYE, ACK_PUSHES, READY, PULL, ERROR, ACK = 1, 2, 3, 16, 17, 18, 19   # ps::Type
 
-CHALLENGE = struct.Struct("<IHHI32s")     # ps::Challenge
-HELLO = struct.Struct("<IHHIIIII")        # ps::Hello up to its mac
-HEADER = struct.Struct("<B3xIII")         # ps::Header
+CHALLENGE = struct.Struct("<IHHI32s")            # ps::Challenge
+HELLO = struct.Struct("<IHHIIIIIIQQ32s")         # ps::Hello up to its mac
+HELLO_PREFIX = 8                                 # ps::kHelloPrefix
+HEADER = struct.Struct("<B3xIIII")               # ps::Header
 
 
 # -- placement: which server holds which part of each bucket ------------------
@@ -101,6 +106,41 @@ class PsError(RuntimeError):
     """The parameter server refused or ended the job, or cannot be reached."""
 
 
+def weak_secret(secret: bytes) -> str:
+    """Why ``secret`` is too weak to resist offline guessing from one
+    recorded handshake, or "" (the rule is mercury-ps's, ps::weak_secret)."""
+    distinct = len(set(secret))
+    if len(secret) >= MIN_SECRET_BYTES and distinct >= MIN_SECRET_DISTINCT:
+        return ""
+    return (f"the secret is too weak ({len(secret)} bytes, {distinct} different): it needs at least "
+            f"{MIN_SECRET_BYTES} bytes of at least {MIN_SECRET_DISTINCT} different values; make one with "
+            "`head -c 32 /dev/urandom | base64`")
+
+
+def new_id() -> int:
+    """A random, non-zero 64-bit id (a run's, a worker process's)."""
+    return int.from_bytes(os.urandom(8), "little") or 1
+
+
+class FrameMac:
+    """One direction's frame tags (ps::FrameMac): HMAC-SHA256 under a key
+    drawn from the secret and both nonces, over the frame's number in that
+    direction and its bytes, truncated to TAG_BYTES."""
+
+    TO_SERVER = b"mercury-ps frames to server"
+    TO_WORKER = b"mercury-ps frames to worker"
+
+    def __init__(self, secret: bytes, challenge: bytes, worker: bytes, label: bytes) -> None:
+        self._key = hmac.new(secret, label + challenge + worker, hashlib.sha256).digest()
+        self.frames = 0
+
+    def next(self, header: bytes, payload: "bytes | memoryview" = b"") -> bytes:
+        h = hmac.new(self._key, self.frames.to_bytes(8, "little") + header, hashlib.sha256)
+        h.update(payload)
+        self.frames += 1
+        return h.digest()[:TAG_BYTES]
+
+
 def read_secret(secret: Optional[str] = None) -> bytes:
     """The job's secret: ``secret``, else the file ``$MERCURY_PS_SECRET_FILE``
     (a trailing newline dropped), else ``$MERCURY_PS_SECRET``, as mercury-ps
@@ -115,7 +155,11 @@ def read_secret(secret: Optional[str] = None) -> bytes:
     if not secret:
         raise PsError("no secret for the parameter servers: pass secret=, or set $MERCURY_PS_SECRET_FILE or "
                       "$MERCURY_PS_SECRET (the servers' --secret-file)")
-    return secret.encode() if isinstance(secret, str) else secret
+    key = secret.encode() if isinstance(secret, str) else secret
+    why = weak_secret(key)
+    if why:
+        raise PsError(why)
+    return key
 
 
 def parse_address(address: str) -> Tuple[str, int]:
@@ -125,9 +169,16 @@ def parse_address(address: str) -> Tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _recv_exact(s: socket.socket, n: int) -> bytes:
+def _recv_exact(s: socket.socket, n: int, deadline: Optional[float] = None) -> bytes:
+    """``n`` bytes; by ``deadline`` (time.monotonic()) if given, however
+    slowly they come."""
     buf = bytearray()
     while len(buf) < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("deadline passed")
+            s.settimeout(left)
         part = s.recv(n - len(buf))
         if not part:
             raise ConnectionError("connection closed")
@@ -136,16 +187,25 @@ def _recv_exact(s: socket.socket, n: int) -> bytes:
 
 
 class Connection:
-    """One connection to a server, handshaken: the job's secret proven, the
-    key sizes declared. ``cc`` is set before connecting and read back."""
+    """One connection to a server, handshaken both ways: the worker proved
+    the job's secret, the server proved it too (before any gradient goes
+    out), the key sizes declared. ``run`` names the run (every worker of it
+    the same), ``instance`` this worker process (its lanes the same).
+    ``cc`` is set before connecting and read back. ``timeout`` bounds the
+    connect and the whole handshake."""
 
     def __init__(self, address: str, *, job: str, secret: bytes, worker: int, workers: int, lane: int,
-                 lanes: int, key_elems: Sequence[int], cc: Optional[str], timeout: float = 30.0) -> None:
+                 lanes: int, key_elems: Sequence[int], cc: Optional[str], run: int, instance: int,
+                 timeout: float = 30.0) -> None:
         if not 0 < len(job.encode()) <= MAX_JOB_NAME:
             raise ValueError(f"job name must be 1..{MAX_JOB_NAME} bytes")
         if not 0 < len(key_elems) <= MAX_KEYS:
             raise ValueError(f"1..{MAX_KEYS} keys per server, not {len(key_elems)}")
+        why = weak_secret(secret)
+        if why:
+            raise PsError(why)
         self.address = address
+        self.key_elems = list(key_elems)
         host, port = parse_address(address)
         deadline = time.monotonic() + timeout
         while True:   # the server may still be starting
@@ -170,18 +230,42 @@ class Connection:
                 raise PsError(f"parameter server {address}: {e}") from None
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            magic, version, _, self.chunk_elems, nonce = CHALLENGE.unpack(_recv_exact(s, CHALLENGE.size))
-            if magic != MAGIC or version != VERSION:
-                raise PsError(f"{address} is not a mercury-ps version {VERSION} server")
+            magic, version, _, self.chunk_elems, nonce = CHALLENGE.unpack(_recv_exact(s, CHALLENGE.size, deadline))
+            if magic != MAGIC:
+                raise PsError(f"{address} is not a mercury-ps server")
+            if version != VERSION:
+                raise PsError(f"parameter server {address} speaks mercury-ps version {version}, this worker "
+                              f"version {VERSION}: upgrade both to the same release")
+            if not 0 < self.chunk_elems <= 1 << 20:
+                raise PsError(f"parameter server {address}: chunks of {self.chunk_elems} elements")
+            mine = os.urandom(NONCE_BYTES)
             jb = job.encode()
-            fixed = HELLO.pack(MAGIC, VERSION, len(jb), worker, workers, lane, lanes, len(key_elems))
-            mac = hmac.new(secret, nonce + fixed + jb, hashlib.sha256).digest()
-            s.sendall(fixed + mac + jb + struct.pack(f"<{len(key_elems)}Q", *key_elems))
-            kind, _, _, count = HEADER.unpack(_recv_exact(s, HEADER.size))
+            fixed = HELLO.pack(MAGIC, VERSION, len(jb), worker, workers, lane, lanes, len(key_elems), 0, run,
+                               instance, mine)
+            mac = hmac.new(secret, b"mercury-ps hello" + nonce + fixed + jb, hashlib.sha256).digest()
+            self.up = FrameMac(secret, nonce, mine, FrameMac.TO_SERVER)
+            self.down = FrameMac(secret, nonce, mine, FrameMac.TO_WORKER)
+            keys = struct.pack(f"<{len(key_elems)}Q", *key_elems)
+            s.sendall(fixed + mac + jb + keys + self.up.next(keys))
+            header = _recv_exact(s, HEADER.size, deadline)
+            kind, _, _, count, _ = HEADER.unpack(header)
+            text = b""
             if kind == ERROR:
-                raise PsError(f"parameter server {address}: {_recv_exact(s, count).decode(errors='replace')}")
-            if kind != READY:
+                if count > MAX_ERROR_TEXT:
+                    raise PsError(f"parameter server {address}: an error of {count} bytes in the handshake")
+                text = _recv_exact(s, count, deadline)
+            elif kind != READY:
                 raise PsError(f"parameter server {address}: unexpected message {kind} in the handshake")
+            proven = hmac.compare_digest(self.down.next(header, text), _recv_exact(s, TAG_BYTES, deadline))
+            if kind == ERROR:
+                raise PsError(f"parameter server {address}{'' if proven else ' (unauthenticated)'}: "
+                              f"{text.decode(errors='replace')}")
+            if not proven:
+                raise PsError(f"parameter server {address} did not prove it holds the job's secret: "
+                              "not the server the job was given, or another secret")
+        except socket.timeout:
+            s.close()
+            raise PsError(f"parameter server {address}: no handshake within {timeout:g} s") from None
         except (OSError, ConnectionError) as e:
             s.close()
             raise PsError(f"parameter server {address}: handshake failed: {e}") from None
@@ -190,6 +274,29 @@ class Connection:
             raise
         s.settimeout(None)
         self.sock = s
+
+    def frame(self, kind: int, key: int = 0, offset: int = 0, count: int = 0, iteration: int = 0,
+              payload: bytes = b"") -> bytes:
+        """One message to the server, tagged (the next frame's number)."""
+        header = HEADER.pack(kind, key, offset, count, iteration)
+        return header + payload + self.up.next(header, payload)
+
+    def receive(self, timeout: Optional[float] = None) -> Tuple[int, int, int, int, bytes]:
+        """The server's next message, its tag checked: (type, key, offset,
+        iteration, payload). Raises PsError on a bad tag or length,
+        socket.timeout after ``timeout``, ConnectionError on a close."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        header = _recv_exact(self.sock, HEADER.size, deadline)
+        kind, key, offset, count, iteration = HEADER.unpack(header)
+        size = count * 4 if kind == PULL else count if kind == ERROR else 0
+        if (kind == PULL and count > self.chunk_elems) or (kind == ERROR and count > MAX_ERROR_TEXT) or \
+                kind not in (PULL, ERROR, ACK, READY):
+            raise PsError(f"parameter server {self.address}: message {kind} of {count}")
+        payload = _recv_exact(self.sock, size, deadline)
+        if not hmac.compare_digest(self.down.next(header, payload), _recv_exact(self.sock, TAG_BYTES, deadline)):
+            raise PsError(f"parameter server {self.address}: a message failed authentication")
+        self.sock.settimeout(None)
+        return kind, key, offset, iteration, payload
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -248,16 +355,20 @@ class Work:
 
 
 class _Wire:
-    """A connection's queues: chunks to send, the pull being received."""
+    """A connection's queues: frames to send, the one being received
+    (header, then payload, then tag)."""
 
     def __init__(self, conn: Connection, server: int) -> None:
         self.conn = conn
         self.server = server
         self.out: Deque[memoryview] = collections.deque()
         self.header = bytearray(HEADER.size)
-        self.have = 0                    # bytes of the current header or payload received
+        self.tag = bytearray(TAG_BYTES)
+        self.have = 0                    # bytes of the current header, payload or tag received
         self.payload: Optional[memoryview] = None
-        self.payload_work: Optional[Work] = None
+        self.in_tag = False              # receiving the tag (after the payload)
+        self.kind = 0
+        self.pull: Optional[Tuple[int, int, Work]] = None   # (key, offset, work) of the pull being received
         self.error_text: Optional[bytearray] = None
 
 
@@ -275,6 +386,8 @@ class PushPull:
         self._timeout = timeout
         self._lock = threading.Lock()
         self._pending: Dict[Tuple[int, int], Tuple[memoryview, Work]] = {}   # (server, key) -> memory, work
+        self._rounds: Dict[Tuple[int, int], int] = {}   # (server, key) -> its pushes so far (the wire's iteration)
+        self._arrived: Dict[Tuple[int, int], set] = {}  # (server, key) -> offsets whose sum is in, this round
         self._broken: Optional[str] = None
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -299,14 +412,20 @@ class PushPull:
                 if (server, key) in self._pending:
                     raise PsError(f"key {key} of server {server} pushed again before its sums arrived")
                 self._pending[(server, key)] = (mem, work)
+                self._arrived[(server, key)] = set()
+                iteration = self._rounds.get((server, key), 0)
+                self._rounds[(server, key)] = iteration + 1
                 work.keys.append((server, key))
                 wire = self._wires[(server, lane)]
                 step = self._chunk[server]
                 raw = mem.cast("B")
                 for off in range(0, len(mem), step):
                     n = min(step, len(mem) - off)
-                    wire.out.append(memoryview(HEADER.pack(PUSH, key, off, n)))
-                    wire.out.append(raw[off * 4:(off + n) * 4])
+                    header = HEADER.pack(PUSH, key, off, n, iteration)
+                    body = raw[off * 4:(off + n) * 4]
+                    wire.out.append(memoryview(header))
+                    wire.out.append(body)
+                    wire.out.append(memoryview(wire.conn.up.next(header, body)))
         self._wake_w.send(b"w")
         return work
 
@@ -315,7 +434,7 @@ class PushPull:
         closed it (so it is out of the job before anyone starts the next)."""
         with self._lock:
             for wire in self._wires.values():
-                wire.out.append(memoryview(HEADER.pack(BYE, 0, 0, 0)))
+                wire.out.append(memoryview(wire.conn.frame(BYE)))
             self._stopping = True
         self._wake_w.send(b"w")
         self._thread.join(timeout=timeout)
@@ -397,11 +516,9 @@ class PushPull:
         """Reads what is there; False on EOF or a server's error."""
         sock = wire.conn.sock
         while True:
+            into = wire.tag if wire.in_tag else wire.header if wire.payload is None else wire.payload
             try:
-                if wire.payload is None:
-                    n = sock.recv_into(memoryview(wire.header)[wire.have:])
-                else:
-                    n = sock.recv_into(wire.payload[wire.have:])
+                n = sock.recv_into(memoryview(into)[wire.have:])
             except BlockingIOError:
                 return True
             except OSError:
@@ -409,54 +526,77 @@ class PushPull:
             if n == 0:
                 return False
             wire.have += n
-            if wire.payload is None:
-                if wire.have < HEADER.size:
-                    continue
+            if wire.have < len(into):
+                continue
+            wire.have = 0
+            if wire.in_tag:
+                if not self._on_frame(wire):
+                    return False
+            elif wire.payload is None:
                 if not self._on_header(wire):
                     return False
-            elif wire.have == len(wire.payload):
-                self._on_payload(wire)
+            else:
+                wire.in_tag = True
+
+    def _fail_wire(self, wire: _Wire, why: str) -> bool:
+        self._fail_all(f"parameter server {wire.conn.address}: {why}")
+        return False
 
     def _on_header(self, wire: _Wire) -> bool:
-        kind, key, offset, count = HEADER.unpack(wire.header)
-        wire.have = 0
-        server = wire.server
+        """Checks the lengths a header declares against what this worker
+        asked for, before reading a byte of its payload into memory."""
+        kind, key, offset, count, iteration = HEADER.unpack(wire.header)
+        wire.kind = kind
         if kind == ERROR:
+            if count > MAX_ERROR_TEXT:
+                return self._fail_wire(wire, f"an error of {count} bytes (at most {MAX_ERROR_TEXT})")
             wire.error_text = bytearray(count)
             wire.payload = memoryview(wire.error_text)
-            if count == 0:
-                self._on_payload(wire)
-            return True
-        if kind != PULL:
-            self._fail_all(f"parameter server {wire.conn.address}: unexpected message {kind}")
-            return False
-        with self._lock:
-            entry = self._pending.get((server, key))
-        if entry is None or offset + count > len(entry[0]):
-            self._fail_all(f"parameter server {wire.conn.address}: a sum for key {key} offset {offset} "
-                           "that was not asked for")
-            return False
-        mem, work = entry
-        wire.payload = mem.cast("B")[offset * 4:(offset + count) * 4]
-        wire.payload_work = work
-        if count == 0:
-            self._on_payload(wire)
+        elif kind == PULL:
+            with self._lock:
+                entry = self._pending.get((wire.server, key))
+                arrived = self._arrived.get((wire.server, key))
+                rounds = self._rounds.get((wire.server, key), 0)
+            chunk = self._chunk[wire.server]
+            if entry is None or arrived is None:
+                return self._fail_wire(wire, f"a sum for key {key}, which is not waiting for one")
+            mem, work = entry
+            if offset % chunk or offset >= len(mem) or count != min(chunk, len(mem) - offset):
+                return self._fail_wire(wire, f"a sum for key {key} of {count} elements at {offset}: not a chunk "
+                                             f"of its {len(mem)}")
+            if iteration != rounds - 1:
+                return self._fail_wire(wire, f"a sum for key {key} of iteration {iteration}; it was pushed for "
+                                             f"iteration {rounds - 1}")
+            if offset in arrived:
+                return self._fail_wire(wire, f"a second sum for key {key} offset {offset} in one iteration")
+            arrived.add(offset)
+            wire.payload = mem.cast("B")[offset * 4:(offset + count) * 4]
+            wire.pull = (key, offset, work)
+        else:
+            return self._fail_wire(wire, f"unexpected message {kind}")
+        if len(wire.payload) == 0:
+            wire.in_tag = True
         return True
 
-    def _on_payload(self, wire: _Wire) -> None:
-        wire.have = 0
-        wire.payload = None
-        if wire.error_text is not None:
-            text = wire.error_text.decode(errors="replace")
+    def _on_frame(self, wire: _Wire) -> bool:
+        """A whole frame: nothing counts before its tag is checked."""
+        payload = wire.payload if wire.payload is not None else b""
+        good = hmac.compare_digest(wire.conn.down.next(bytes(wire.header), payload), bytes(wire.tag))
+        wire.payload, wire.in_tag = None, False
+        pull, wire.pull = wire.pull, None
+        if not good:
+            return self._fail_wire(wire, "a message failed authentication")
+        if wire.kind == ERROR:
+            text = (wire.error_text or b"").decode(errors="replace")
             wire.error_text = None
-            self._fail_all(f"parameter server {wire.conn.address}: {text}")
-            return
-        work = wire.payload_work
-        wire.payload_work = None
-        if work is None:
-            return
+            return self._fail_wire(wire, text)
+        if pull is None:
+            return True
+        work = pull[2]
         if work._left == 1:   # its last chunk: the keys may be pushed again once it is done
             with self._lock:
                 for k in work.keys:
                     self._pending.pop(k, None)
+                    self._arrived.pop(k, None)
         work._chunk_done()
+        return True

@@ -21,9 +21,9 @@ from typing import Callable, List, Optional, Sequence
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 from mercury.ps import (ACK, ACK_PUSHES, BYE, ERROR, HEADER, PULL, PUSH, Connection, PsError,  # noqa: E402
-                        PushPull, _recv_exact)
+                        PushPull, _recv_exact, new_id)
 
-SECRET = b"the job's secret"
+SECRET = b"the job's secret, long enough: 0123456789"
 JOB = "hostile"
 failed = 0
 
@@ -54,10 +54,23 @@ class Server:
         self.proc.wait(timeout=10)
 
 
+RUN = [new_id()]   # the run the next connect() joins; new_run() starts another
+
+
+def new_run() -> int:
+    RUN[0] = new_id()
+    return RUN[0]
+
+
 def connect(server: Server, worker: int, workers: int, keys: Sequence[int], *, secret: bytes = SECRET,
-            job: str = JOB, lane: int = 0) -> Connection:
-    return Connection(server.address, job=job, secret=secret, worker=worker, workers=workers, lane=lane, lanes=1,
-                      key_elems=keys, cc="cubic", timeout=5)
+            job: str = JOB, lane: int = 0, lanes: int = 1, run: Optional[int] = None,
+            instance: Optional[int] = None) -> Connection:
+    return Connection(server.address, job=job, secret=secret, worker=worker, workers=workers, lane=lane,
+                      lanes=lanes, key_elems=keys, cc="cubic", run=RUN[0] if run is None else run,
+                      instance=INSTANCES.setdefault(worker, new_id()) if instance is None else instance, timeout=5)
+
+
+INSTANCES: dict = {}   # worker -> its process id, as one process per worker would have
 
 
 def refused(make: Callable[[], Connection]) -> str:
@@ -69,21 +82,18 @@ def refused(make: Callable[[], Connection]) -> str:
     return ""
 
 
-def push(c: Connection, key: int, offset: int, values: Sequence[float]) -> None:
-    c.sock.sendall(HEADER.pack(PUSH, key, offset, len(values)) + struct.pack(f"<{len(values)}f", *values))
+def push(c: Connection, key: int, offset: int, values: Sequence[float], iteration: int = 0) -> None:
+    c.sock.sendall(c.frame(PUSH, key, offset, len(values), iteration, struct.pack(f"<{len(values)}f", *values)))
 
 
 def read_message(c: Connection, timeout: float) -> Optional[tuple]:
     """(type, key, offset, payload) or None if nothing came in time."""
-    c.sock.settimeout(timeout)
     try:
-        kind, key, offset, count = HEADER.unpack(_recv_exact(c.sock, HEADER.size))
+        kind, key, offset, _, body = c.receive(timeout)
     except socket.timeout:
         return None
     except (ConnectionError, OSError):
         return ("closed", 0, 0, b"")
-    c.sock.settimeout(10)
-    body = _recv_exact(c.sock, count * 4 if kind == PULL else count if kind == ERROR else 0)
     return kind, key, offset, body
 
 
@@ -102,8 +112,9 @@ def error_of(c: Connection, timeout: float = 5.0) -> str:
 def leave(*conns: Connection) -> None:
     """Bye on each connection, then close it: the job ends cleanly."""
     for c in conns:
-        c.sock.sendall(HEADER.pack(BYE, 0, 0, 0))
+        c.sock.sendall(c.frame(BYE))
         c.close()
+    new_run()
 
 
 def wait_jobs_over(server: Server, timeout: float = 5.0) -> None:
@@ -115,7 +126,7 @@ def wait_jobs_over(server: Server, timeout: float = 5.0) -> None:
 
 
 def check_handshake(server: Server) -> None:
-    why = refused(lambda: connect(server, 0, 1, [8], secret=b"a guess"))
+    why = refused(lambda: connect(server, 0, 1, [8], secret=b"a guess, but a long one: 0123456789"))
     report("wrong-secret", "authentication failed" in why and "authentication failed" in server.text(),
            f"refused: {why!r}; logged: {'authentication failed' in server.text()}")
     why = refused(lambda: connect(server, 0, 1, [8], job="another"))
@@ -124,7 +135,7 @@ def check_handshake(server: Server) -> None:
     s.settimeout(5)
     _recv_exact(s, 44)
     s.sendall(b"GET / HTTP/1.1\r\n" + b"x" * 44)
-    kind, _, _, count = HEADER.unpack(_recv_exact(s, HEADER.size))
+    kind, _, _, count, _ = HEADER.unpack(_recv_exact(s, HEADER.size))
     text = _recv_exact(s, count).decode()
     report("garbage", kind == ERROR and "not a mercury-ps" in text, f"answered {kind}: {text!r}")
     s.close()
@@ -148,12 +159,14 @@ def check_shape_and_pushes(server: Server) -> None:
     report("bad-offset-ends-job", "is not a chunk" in ea and "ended the job" in eb and "is not a chunk" in eb,
            f"pusher told {ea!r}; the other worker told {eb!r}")
     a.close(), b.close()
+    new_run()
     a = connect(server, 0, 2, [100, 50])
     b = connect(server, 1, 2, [100, 50])
     push(a, 1, 0, [1.0] * 49)   # one element short
     ea, eb = error_of(a), error_of(b)
     report("short-chunk-ends-job", "has 49 elements, not 50" in ea and "ended the job" in eb, f"{ea!r}; {eb!r}")
     a.close(), b.close()
+    new_run()
     a = connect(server, 0, 2, [100])
     b = connect(server, 1, 2, [100])
     push(a, 0, 0, [1.0] * 100)
@@ -161,6 +174,7 @@ def check_shape_and_pushes(server: Server) -> None:
     ea = error_of(a)
     report("double-push-ends-job", "twice before its sum went out" in ea, repr(ea))
     a.close(), b.close()
+    new_run()
 
 
 def check_stall_and_vanish(server: Server) -> None:
@@ -182,6 +196,7 @@ def check_stall_and_vanish(server: Server) -> None:
     engine.close(timeout=2)
     b.close()
 
+    new_run()
     conns = {(0, 0): connect(server, 0, 2, [64])}
     b = connect(server, 1, 2, [64])
     engine = PushPull(conns, timeout=20)
@@ -194,18 +209,20 @@ def check_stall_and_vanish(server: Server) -> None:
         why = str(e)
     report("vanished-peer", "without saying bye" in why, repr(why))
     engine.close(timeout=2)
+    new_run()
 
 
 def check_non_reader(server: Server) -> None:
     """A member that pushes but never reads its sums: its queue is bounded
     (one round of the job's sums), then the job ends, naming it."""
+    new_run()
     a = connect(server, 0, 2, [1024])
     b = connect(server, 1, 2, [1024])
     b.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     why, rounds = "", 0
     for rounds in range(1, 20001):
-        push(b, 0, 0, [1.0] * 1024)
-        push(a, 0, 0, [1.0] * 1024)
+        push(b, 0, 0, [1.0] * 1024, rounds - 1)
+        push(a, 0, 0, [1.0] * 1024, rounds - 1)
         m = read_message(a, 5)
         if not m or m[0] != PULL:
             why = m[3].decode() if m and m[0] == ERROR else f"no answer: {m and m[0]}"
@@ -221,6 +238,7 @@ def check_sums(server: Server, tensor_server: Server) -> None:
     after (tensor)."""
     n = 2560
     for srv, mode in ((server, "chunk"), (tensor_server, "tensor")):
+        new_run()
         cs = [connect(srv, w, 3, [n]) for w in range(3)]
         chunk = cs[0].chunk_elems
         data = [[float(w * 1000 + i) for i in range(n)] for w in range(3)]
@@ -257,7 +275,7 @@ def check_acks(server: Server) -> None:
     wait_jobs_over(server)   # the last check's job
     asks, plain = connect(server, 0, 2, [n]), connect(server, 1, 2, [n])
     chunk = asks.chunk_elems
-    asks.sock.sendall(HEADER.pack(ACK_PUSHES, 0, 0, 0))
+    asks.sock.sendall(asks.frame(ACK_PUSHES))
     for off in range(0, n, chunk):
         push(asks, 0, off, [1.0] * min(chunk, n - off))
     acks = [read_message(asks, 5) for _ in range(0, n, chunk)]
@@ -286,7 +304,7 @@ def check_acks_between_sums(server: Server) -> None:
     asks, plain = connect(server, 0, 2, [chunks * 1024]), connect(server, 1, 2, [chunks * 1024])
     chunk = asks.chunk_elems
     n = chunks * chunk
-    asks.sock.sendall(HEADER.pack(ACK_PUSHES, 0, 0, 0))
+    asks.sock.sendall(asks.frame(ACK_PUSHES))
     for off in range(0, n, chunk):   # the other's first: each of these pushes completes a sum
         push(plain, 0, off, [2.0] * chunk)
     for off in range(0, n, chunk):
@@ -305,7 +323,7 @@ def check_acks_between_sums(server: Server) -> None:
     leave(asks, plain)
 
 
-def check_metrics() -> None:
+def check_metrics(server: Server) -> None:
     """The server counted what the checks did to it (Prometheus, --metrics)."""
     import urllib.request
     text = urllib.request.urlopen("http://127.0.0.1:9471/metrics", timeout=5).read().decode()
@@ -317,11 +335,12 @@ def check_metrics() -> None:
     refused = values.get('mercury_ps_connections_total{result="refused"}', 0)
     failed_jobs = values.get('mercury_ps_jobs_total{end="failed"}', 0)
     # One per refusal above (9) and per job a check ended (6): each counted once.
+    ends = [ln.split("reason=", 1)[-1][:100] for ln in server.text().splitlines() if "ending job" in ln]
     ok = refused == 9 and failed_jobs == 6 and values.get("mercury_ps_members") == 2 and \
         values.get("mercury_ps_pushed_bytes_total", 0) > 0 and values.get("mercury_ps_job_bytes") == 32
     report("metrics", ok, f"refused {refused:g}, failed jobs {failed_jobs:g}, members "
                           f"{values.get('mercury_ps_members')}, job bytes {values.get('mercury_ps_job_bytes')}, "
-                          f"pushed {values.get('mercury_ps_pushed_bytes_total')}")
+                          f"pushed {values.get('mercury_ps_pushed_bytes_total')}; jobs ended: {ends}")
 
 
 def check_cli(binary: str) -> None:
@@ -331,7 +350,7 @@ def check_cli(binary: str) -> None:
                          text=True, env={k: v for k, v in os.environ.items() if k != "MERCURY_PS_SECRET"}, timeout=10)
     report("no-secret-refuses-to-start", out.returncode != 0 and "no secret" in out.stderr, out.stderr.strip())
     out = subprocess.run([binary, "--listen", "nowhere", "--job", "x"], capture_output=True, text=True, timeout=10,
-                         env={**os.environ, "MERCURY_PS_SECRET": "s"})
+                         env={**os.environ, "MERCURY_PS_SECRET": SECRET.decode()})
     report("bad-listen", out.returncode != 0 and "ADDRESS:PORT" in out.stderr, out.stderr.strip())
 
 
@@ -352,13 +371,14 @@ def main() -> int:
                 except Exception as e:  # noqa: BLE001 - a check that crashed fails, the others still run
                     report("crashed", False, f"{type(e).__name__}: {e}")
             # Still serving after all of it: a clean job runs.
+            new_run()
             cs = [connect(server, w, 2, [8]) for w in range(2)]
             for c in cs:
                 push(c, 0, 0, [1.0] * 8)
             sums = [read_message(c, 5) for c in cs]
             report("serves-after-abuse", all(m and m[0] == PULL for m in sums) and server.proc.poll() is None,
                    f"answers {[m[0] if m else None for m in sums]}")
-            check_metrics()
+            check_metrics(server)
         finally:
             server.stop()
             tensor_server.stop()

@@ -57,13 +57,31 @@ def test_secret_from_argument_file_or_environment(tmp_path, monkeypatch) -> None
     monkeypatch.delenv("MERCURY_PS_SECRET_FILE", raising=False)
     with pytest.raises(ps.PsError, match="no secret"):
         ps.read_secret()
-    assert ps.read_secret("given") == b"given"
-    monkeypatch.setenv("MERCURY_PS_SECRET", "from env")
-    assert ps.read_secret() == b"from env"
+    given = "given: 0123456789abcdefghijklmnop"
+    assert ps.read_secret(given) == given.encode()
+    monkeypatch.setenv("MERCURY_PS_SECRET", "from env: 0123456789abcdefghijklm")
+    assert ps.read_secret() == b"from env: 0123456789abcdefghijklm"
     f = tmp_path / "secret"
-    f.write_bytes(b"from file\n")
+    f.write_bytes(b"from file: 0123456789abcdefghijkl\n")
     monkeypatch.setenv("MERCURY_PS_SECRET_FILE", str(f))
-    assert ps.read_secret() == b"from file"
+    assert ps.read_secret() == b"from file: 0123456789abcdefghijkl"
+
+
+def test_weak_secrets_are_refused_with_the_rule() -> None:
+    for weak in ("given", "x" * 64, "ab" * 20):
+        with pytest.raises(ps.PsError, match="at least 32 bytes of at least 10 different values"):
+            ps.read_secret(weak)
+    assert ps.weak_secret(b"0123456789abcdef0123456789abcdef") == ""
+
+
+def test_frame_tags_follow_the_frame_number() -> None:
+    a, b = bytes(32), bytes([1] * 32)
+    up = ps.FrameMac(b"k" * 32, a, b, ps.FrameMac.TO_SERVER)
+    again = ps.FrameMac(b"k" * 32, a, b, ps.FrameMac.TO_SERVER)
+    first = up.next(b"header", b"payload")
+    assert again.next(b"header", b"payload") == first
+    assert up.next(b"header", b"payload") != first                 # frame 1
+    assert ps.FrameMac(b"k" * 32, a, b, ps.FrameMac.TO_WORKER).next(b"header", b"payload") != first
 
 
 def test_server_addresses_are_checked() -> None:

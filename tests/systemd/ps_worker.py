@@ -10,12 +10,12 @@ usage: ps_worker.py JOB HOST:PORT
 import array
 import sys
 
-from mercury.ps import Connection, PsError, PushPull, read_secret
+from mercury.ps import Connection, PsError, PushPull, new_id, read_secret
 
 
 def connect(job: str, address: str, secret: bytes) -> Connection:
     return Connection(address, job=job, secret=secret, worker=0, workers=1, lane=0, lanes=1,
-                      key_elems=[1000], cc=None, timeout=30)
+                      key_elems=[1000], cc=None, run=new_id(), instance=new_id(), timeout=30)
 
 
 def main() -> int:
@@ -27,7 +27,7 @@ def main() -> int:
     pp.close()
     print("sum ok" if list(values) == [float(i) for i in range(1000)] else f"sum wrong: {list(values)[:5]}")
     try:
-        connect(job, address, b"not the secret").close()
+        connect(job, address, b"not the job's secret, but long enough to try").close()
         print("accepted a wrong secret")
     except PsError as e:
         print(f"refused: {e}")

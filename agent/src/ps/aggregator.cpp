@@ -13,6 +13,22 @@ uint64_t JobShape::bytes() const
     return elems * sizeof(float);
 }
 
+uint64_t JobShape::footprint(uint32_t chunk_elems) const
+{
+    // Per key: the Key record; per chunk: its bitmap words, its unit's
+    // counters and a started_ entry (a map node, ~64 bytes); per key and
+    // worker: the server's reply lane. An upper bound, not an estimate of
+    // the allocator's overhead.
+    constexpr uint64_t kPerKey = 4 * sizeof(std::vector<uint32_t>) + 64;
+    const uint64_t words = (uint64_t{workers} + 63) / 64;
+    uint64_t total = bytes();
+    for (uint64_t n : key_elems) {
+        const uint64_t chunks = chunk_elems ? (n + chunk_elems - 1) / chunk_elems : n;
+        total += kPerKey + chunks * (words * sizeof(uint64_t) + 2 * sizeof(uint32_t) + 64) + workers;
+    }
+    return total;
+}
+
 Aggregator::Aggregator(JobShape shape, uint32_t chunk_elems, Aggregation aggregation)
     : shape_(std::move(shape)), chunk_elems_(chunk_elems), aggregation_(aggregation), words_((shape_.workers + 63) / 64)
 {
@@ -23,6 +39,7 @@ Aggregator::Aggregator(JobShape shape, uint32_t chunk_elems, Aggregation aggrega
         keys_[k].sum.assign(shape_.key_elems[k], 0.0f);
         keys_[k].pushed.assign(chunks(k) * words_, 0);
         keys_[k].arrived.assign(aggregation_ == Aggregation::kChunk ? chunks(k) : 1, 0);
+        keys_[k].round.assign(keys_[k].arrived.size(), 0);
     }
 }
 
@@ -52,7 +69,7 @@ void Aggregator::check(uint32_t key, uint64_t offset, size_t count) const
                             std::to_string(std::min<uint64_t>(chunk_elems_, size - offset)));
 }
 
-std::optional<Aggregator::Sum> Aggregator::add(uint32_t worker, uint32_t key, uint64_t offset,
+std::optional<Aggregator::Sum> Aggregator::add(uint32_t worker, uint32_t key, uint64_t offset, uint32_t iteration,
                                                std::span<const float> data, Clock::time_point now)
 {
     check(key, offset, data.size());
@@ -60,6 +77,12 @@ std::optional<Aggregator::Sum> Aggregator::add(uint32_t worker, uint32_t key, ui
         throw ProtocolError("worker " + std::to_string(worker) + " of " + std::to_string(shape_.workers));
     Key& k = keys_[key];
     const uint64_t chunk = offset / chunk_elems_;
+    const uint64_t unit = aggregation_ == Aggregation::kChunk ? chunk : 0;
+    if (iteration != k.round[unit])
+        throw ProtocolError("worker " + std::to_string(worker) + " pushed key " + std::to_string(key) + " offset " +
+                            std::to_string(offset) + " for iteration " + std::to_string(iteration) +
+                            "; the chunk is at iteration " + std::to_string(k.round[unit]) +
+                            (iteration < k.round[unit] ? " (a push whose sum went out already)" : ""));
     uint64_t& word = k.pushed[chunk * words_ + worker / 64];
     const uint64_t bit = uint64_t{1} << (worker % 64);
     if (word & bit)
@@ -71,7 +94,6 @@ std::optional<Aggregator::Sum> Aggregator::add(uint32_t worker, uint32_t key, ui
         sum[i] += data[i];
 
     const auto [first, end] = unit_chunks(key, chunk);
-    const uint64_t unit = aggregation_ == Aggregation::kChunk ? chunk : 0;
     started_.try_emplace({key, first}, now);
     if (++k.arrived[unit] < shape_.workers * (end - first))
         return std::nullopt;
@@ -85,8 +107,9 @@ std::optional<Aggregator::Sum> Aggregator::add(uint32_t worker, uint32_t key, ui
     std::fill(k.pushed.begin() + static_cast<std::ptrdiff_t>(first * words_),
               k.pushed.begin() + static_cast<std::ptrdiff_t>(end * words_), 0);
     k.arrived[unit] = 0;
+    const uint32_t round = k.round[unit]++;
     started_.erase({key, first});
-    return Sum{key, from, std::move(values)};
+    return Sum{key, from, round, std::move(values)};
 }
 
 std::optional<Aggregator::Stall> Aggregator::oldest_incomplete() const

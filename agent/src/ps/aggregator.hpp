@@ -33,16 +33,21 @@ struct JobShape {
     std::vector<uint64_t> key_elems;   // float32 elements per key
     bool operator==(const JobShape&) const = default;
     uint64_t bytes() const;
+    // What a job of this shape pins at most, in bytes: its sums and every
+    // per-chunk and per-worker record (Aggregator's and the server's).
+    uint64_t footprint(uint32_t chunk_elems) const;
 };
 
 class Aggregator {
 public:
     using Clock = std::chrono::steady_clock;
 
-    // The sum of one unit: key elements [offset, offset + sum->size()).
+    // The sum of one unit: key elements [offset, offset + sum->size()), of
+    // the unit's @iteration-th round (counted from 0).
     struct Sum {
         uint32_t key;
         uint64_t offset;
+        uint32_t iteration;
         std::shared_ptr<const std::vector<float>> values;
     };
     // The unit waited for longest, and the workers it still waits for.
@@ -59,11 +64,13 @@ public:
     // (the last one may be short). Throws ProtocolError.
     void check(uint32_t key, uint64_t offset, size_t count) const;
 
-    // Adds @worker's chunk; the unit's sum once it is complete. Throws
-    // ProtocolError (a bad place, or this worker pushed the chunk twice
-    // before its sum went out).
-    std::optional<Sum> add(uint32_t worker, uint32_t key, uint64_t offset, std::span<const float> data,
-                           Clock::time_point now);
+    // Adds @worker's chunk of the unit's @iteration-th round; the unit's sum
+    // once it is complete. Throws ProtocolError, and sums nothing, for a bad
+    // place, a push of another round than the unit's current one (a
+    // re-delivered push, a worker ahead or behind), or a second push of the
+    // chunk in this round.
+    std::optional<Sum> add(uint32_t worker, uint32_t key, uint64_t offset, uint32_t iteration,
+                           std::span<const float> data, Clock::time_point now);
 
     std::optional<Stall> oldest_incomplete() const;
     const JobShape& shape() const { return shape_; }
@@ -74,6 +81,7 @@ private:
         std::vector<float> sum;
         std::vector<uint64_t> pushed;    // chunk c, worker w: bit w % 64 of word c * words + w / 64
         std::vector<uint32_t> arrived;   // per unit: (worker, chunk) pushes so far
+        std::vector<uint32_t> round;     // per unit: the iteration its pushes are for
     };
     uint64_t chunks(uint32_t key) const;
     std::pair<uint64_t, uint64_t> unit_chunks(uint32_t key, uint64_t chunk) const;  // [first, end)

@@ -2,6 +2,7 @@
 // mercury-ps: a parameter server for one data-parallel job. Workers
 // (mercury.torch with backend="ps") push gradient chunks; the server sums
 // each chunk once every worker's copy arrived and sends it straight back.
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <boost/asio/io_context.hpp>
@@ -10,7 +11,9 @@
 #include <CLI/CLI.hpp>
 
 #include <csignal>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "daemon/log.hpp"
@@ -22,8 +25,15 @@ namespace {
 constexpr const char* kFooter = R"(
 The secret: the file's contents (a trailing newline dropped), else
 $MERCURY_PS_SECRET. Every worker of the job must hold the same one; a
-connection that cannot prove it is refused and logged. Generate one with
+connection that cannot prove it is refused and logged, and the server
+proves it to every worker before the worker sends a gradient. It must be
+at least 32 bytes of at least 10 different values (a weak one could be
+guessed offline from one recorded handshake). Generate one with
   head -c 32 /dev/urandom | base64 > /etc/mercury/ps-JOB.secret
+
+Descriptors: each connection takes one; the server raises its soft limit
+to the hard one and refuses to start if that cannot cover
+--max-connections.
 
 The server serves one job at a time, any number of runs in turn. A worker
 that vanishes without saying bye, or a chunk that waits --timeout-ms for a
@@ -33,8 +43,8 @@ struct Options {
     std::string listen, job, secret_file, cc = "mercury", aggregation = "chunk", log_level = "info";
     std::string agent_socket, metrics;
     bool no_agent = false;
-    uint32_t chunk_bytes = 65536, max_workers = 256, max_connections = 1024;
-    uint64_t max_model_mb = 4096, timeout_ms = 60000;
+    uint32_t chunk_bytes = 65536, max_workers = 256, max_connections = 4096;
+    uint64_t max_model_mb = 4096, timeout_ms = 60000, handshake_timeout_ms = 3000;
 };
 
 // "IP:PORT" or "[IPv6]:PORT".
@@ -60,6 +70,26 @@ boost::asio::ip::tcp::endpoint parse_endpoint(const std::string& text)
         throw std::runtime_error("--listen: bad port in '" + text + "'");
     }
     return {address, static_cast<unsigned short>(port)};
+}
+
+// Each connection takes a descriptor; the listener, the log, the agent and
+// the metrics a few more (at most 64 metrics connections).
+void raise_descriptor_limit(uint32_t max_connections)
+{
+    const rlim_t need = rlim_t{max_connections} + 128;
+    struct rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0)
+        throw std::runtime_error(std::string("getrlimit: ") + std::strerror(errno));
+    if (limit.rlim_cur < need && limit.rlim_cur < limit.rlim_max) {
+        limit.rlim_cur = std::min(need, limit.rlim_max);
+        if (::setrlimit(RLIMIT_NOFILE, &limit) != 0)
+            throw std::runtime_error(std::string("setrlimit: ") + std::strerror(errno));
+    }
+    if (limit.rlim_cur < need)
+        throw std::runtime_error("--max-connections " + std::to_string(max_connections) + " needs " +
+                                 std::to_string(need) + " descriptors; the hard limit is " +
+                                 std::to_string(limit.rlim_max) +
+                                 " (raise LimitNOFILE or `ulimit -Hn`, or lower --max-connections)");
 }
 
 std::string read_secret(const std::string& file, const mercury::Logger& log)
@@ -100,7 +130,11 @@ int main(int argc, char** argv)
         ->check(CLI::Range(4096u, 1u << 22))->capture_default_str();
     app.add_option("--timeout-ms", o.timeout_ms, "a chunk waiting this long for a worker ends the job")
         ->check(CLI::Range(uint64_t{100}, uint64_t{3600000}))->capture_default_str();
-    app.add_option("--max-model-mb", o.max_model_mb, "largest job (bytes of gradients) accepted, MiB")
+    app.add_option("--handshake-timeout-ms", o.handshake_timeout_ms,
+                   "a connection that has not joined the job within this long is closed")
+        ->check(CLI::Range(uint64_t{100}, uint64_t{60000}))->capture_default_str();
+    app.add_option("--max-model-mb", o.max_model_mb,
+                   "largest job accepted, MiB: its gradients and its per-chunk and per-worker records")
         ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))->capture_default_str();
     app.add_option("--max-workers", o.max_workers, "most workers a job may declare")
         ->check(CLI::Range(1u, 65536u))->capture_default_str();
@@ -132,9 +166,11 @@ int main(int argc, char** argv)
                                                         : mercury::ps::Aggregation::kChunk;
         options.chunk_elems = o.chunk_bytes / sizeof(float);
         options.stall_timeout = std::chrono::milliseconds(o.timeout_ms);
+        options.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
         options.max_model_bytes = o.max_model_mb << 20;
         options.max_workers = o.max_workers;
         options.max_connections = o.max_connections;
+        raise_descriptor_limit(o.max_connections);
         options.use_agent = !o.no_agent;
         options.agent_socket = o.agent_socket;
 
@@ -142,7 +178,7 @@ int main(int argc, char** argv)
         // Before the server: it reports to them until it is gone.
         std::unique_ptr<mercury::ps::Metrics> metrics;
         if (!o.metrics.empty())
-            metrics = std::make_unique<mercury::ps::Metrics>(o.metrics);
+            metrics = std::make_unique<mercury::ps::Metrics>(io, o.metrics);
         mercury::ps::Server server(io, log, options);
         server.set_observer(metrics.get());
         const auto at = parse_endpoint(o.listen);

@@ -2,14 +2,18 @@
 // mercury-ps's Prometheus metrics (--metrics ADDR:PORT, off by default):
 // connections accepted and refused, jobs finished and failed, the running
 // job's members and declared bytes, bytes pushed and answered. Counters and
-// gauges are prometheus-cpp's (thread-safe), updated on the io thread.
+// gauges are prometheus-cpp's; the page is served on the server's own io
+// thread (Boost.Beast), each connection on its own deadline, so idle or
+// slow connections to the port cost a slot each and block no scrape.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <list>
 #include <memory>
 #include <string>
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
@@ -20,8 +24,9 @@ namespace mercury::ps {
 
 class Metrics : public ServerObserver {
 public:
-    // Throws std::runtime_error naming @address when it cannot listen there.
-    explicit Metrics(const std::string& address);
+    // Serves on @io at @address ("ADDR:PORT"). Throws std::runtime_error
+    // naming @address when it cannot listen there.
+    Metrics(boost::asio::io_context& io, const std::string& address);
     ~Metrics() override;
     int port() const;
 
@@ -42,7 +47,13 @@ private:
     prometheus::Gauge& job_bytes_;
     prometheus::Counter& pushed_;
     prometheus::Counter& answered_;
-    std::unique_ptr<prometheus::Exposer> exposer_;
+    struct Scrape;
+    static constexpr size_t kMaxScrapers = 64;   // connections at once; the oldest goes for a new one
+    void accept();
+    std::string page() const;
+
+    boost::asio::ip::tcp::acceptor acceptor_;
+    std::list<std::weak_ptr<Scrape>> scrapes_;   // open connections, oldest first
 };
 
 }  // namespace mercury::ps

@@ -7,7 +7,10 @@
 
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <malloc.h>
 #include <openssl/rand.h>
+
+#include <boost/asio/post.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -55,18 +58,20 @@ std::string worker_list(const std::vector<uint32_t>& workers)
 }  // namespace
 
 // One worker connection: challenge, hello, then pushes in and sums out.
+// Every completion handler begins with acting(): once the connection is
+// closing or closed, or its job has ended, no handler touches the job.
 class Peer : public std::enable_shared_from_this<Peer> {
 public:
-    Peer(Server& server, tcp::socket socket) : server_(server), socket_(std::move(socket)), timer_(server.io_)
+    Peer(Server& server, tcp::socket socket, std::string address, std::string host)
+        : server_(server), socket_(std::move(socket)), timer_(server.io_), address_(std::move(address)),
+          host_(std::move(host))
     {
-        boost::system::error_code ec;
-        const auto remote = socket_.remote_endpoint(ec);
-        address_ = ec ? "?" : remote.address().to_string() + ":" + std::to_string(remote.port());
     }
 
     void start()
     {
-        socket_.set_option(tcp::no_delay(true));
+        boost::system::error_code ignored;
+        socket_.set_option(tcp::no_delay(true), ignored);
         if (RAND_bytes(challenge_.nonce, sizeof(challenge_.nonce)) != 1) {
             close();
             return;
@@ -77,23 +82,28 @@ public:
         timer_.expires_after(server_.options_.handshake_timeout);
         timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
             if (!ec && !self->admitted_)
-                self->fail("no handshake within " +
-                             std::to_string(self->server_.options_.handshake_timeout.count()) + " ms");
+                self->fail("no handshake within " + std::to_string(self->server_.options_.handshake_timeout.count()) +
+                           " ms");
         });
         asio::async_write(socket_, asio::buffer(&challenge_, sizeof(challenge_)),
                           [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                              if (!self->acting())
+                                  return;
                               if (ec)
                                   return self->close();
                               self->read_hello();
                           });
     }
 
-    // Tells the worker why, then closes (after at most a second of trying).
+    // Tells the worker why, then closes: once it has closed its end, or
+    // after a second (a member) or a fifth of one (a peer that never
+    // authenticated: its slot is bounded and short).
     void refuse(const std::string& why)
     {
         if (closing_ || closed_)
             return;
         closing_ = true;
+        end_handshake();
         // Whatever was queued behind the write in flight is moot now.
         if (out_.size() > 1)
             out_.erase(std::next(out_.begin()), out_.end());
@@ -104,20 +114,20 @@ public:
         out_.push_back(std::move(e));
         if (out_.size() == 1)
             write_next();
-        timer_.expires_after(std::chrono::seconds(1));
+        timer_.expires_after(admitted_ ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(200));
         timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
             if (!ec)
                 self->close();
         });
     }
 
-    void send_sum(const Aggregator::Sum& sum, uint64_t from, uint64_t count)
+    void send_sum(const Job& job, const Aggregator::Sum& sum, uint64_t from, uint64_t count)
     {
-        if (closing_ || closed_)
+        if (!acting())
             return;
         // A worker pushes a chunk again only after it has its sum, so one
         // round of the job's sums is all a reading worker ever has queued.
-        if (queued_bytes_ + count * sizeof(float) > server_.job_->shape().bytes() + sizeof(Header) * 1024)
+        if (queued_bytes_ + count * sizeof(float) > job.sums.shape().bytes() + sizeof(Header) * 1024)
             return fail("does not read its sums");
         queued_bytes_ += count * sizeof(float);
         Out o{};
@@ -125,11 +135,237 @@ public:
         o.header.key = sum.key;
         o.header.offset = static_cast<uint32_t>(sum.offset + from);
         o.header.count = static_cast<uint32_t>(count);
+        o.header.iteration = sum.iteration;
         o.values = sum.values;
         o.from = from;
         out_.push_back(std::move(o));
         if (out_.size() == 1)
             write_next();
+    }
+
+    void close()
+    {
+        if (closed_)
+            return;
+        closed_ = true;
+        end_handshake();
+        timer_.cancel();
+        // libmercury would pass a registered socket again to a restarted
+        // agent: forget it before its number can name another.
+        if (server_.agent_ && member_or_was_)
+            server_.agent_->release_socket(socket_.native_handle());
+        boost::system::error_code ec;
+        socket_.shutdown(tcp::socket::shutdown_both, ec);
+        socket_.close(ec);
+        auto self = shared_from_this();
+        if (job_)
+            server_.left(*this, said_bye_);
+        server_.forget(*this);
+    }
+
+    int fd() { return socket_.native_handle(); }
+    const std::string& address() const { return address_; }
+    uint32_t worker() const { return hello_.worker; }
+    uint32_t lane() const { return hello_.lane; }
+    // The job this connection is a member of, or none.
+    const std::shared_ptr<Job>& job() const { return job_; }
+    void join_job(std::shared_ptr<Job> job)
+    {
+        job_ = std::move(job);
+        member_or_was_ = true;
+    }
+    void leave_job() { job_.reset(); }
+
+private:
+    struct Out {
+        Header header;
+        std::shared_ptr<const std::vector<float>> values;
+        uint64_t from = 0;
+        std::string text;
+        Tag tag{};
+    };
+
+    bool acting() const { return !closing_ && !closed_ && (!admitted_ || (job_ && !job_->ended)); }
+
+    void end_handshake()
+    {
+        if (std::exchange(in_handshake_, false))
+            server_.admission_.handshake_over(host_);
+    }
+
+    // A member that breaks the rules ends the job (the others would wait
+    // for its chunks); anyone else is only refused.
+    void fail(const std::string& why)
+    {
+        if (closing_ || closed_)
+            return;
+        if (!admitted_) {
+            server_.refused(address_, why);
+            server_.observer_->connection(false);
+        } else {
+            server_.log_.warn("dropping worker connection", {{"peer", address_}, {"reason", why}});
+        }
+        if (job_ && !job_->ended)
+            server_.end_job("worker " + std::to_string(worker()) + " lane " + std::to_string(lane()) + ": " + why);
+        refuse(why);
+    }
+
+    void read_hello()
+    {
+        // The first bytes alone: another version's Hello has another length,
+        // and it must hear why, not wait for the deadline.
+        asio::async_read(socket_, asio::buffer(&hello_, kHelloPrefix),
+                         [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                             if (!self->acting())
+                                 return;
+                             if (ec)
+                                 return self->close();
+                             if (self->hello_.magic != kMagic)
+                                 return self->fail("not a mercury-ps client");
+                             // Version 1's frames had a 16-byte header and no tag:
+                             // its worker reads our refusal in its own layout.
+                             self->v1_peer_ = self->hello_.version == 1;
+                             if (self->hello_.version != kVersion)
+                                 return self->fail("this mercury-ps speaks version " + std::to_string(kVersion) +
+                                                   ", the worker version " + std::to_string(self->hello_.version) +
+                                                   ": upgrade both to the same release");
+                             if (self->hello_.job_len == 0 || self->hello_.job_len > kMaxJobName)
+                                 return self->fail("job name must be 1.." + std::to_string(kMaxJobName) + " bytes");
+                             self->job_name_.resize(self->hello_.job_len);
+                             auto* rest = reinterpret_cast<uint8_t*>(&self->hello_) + kHelloPrefix;
+                             const std::array<asio::mutable_buffer, 2> buffers{
+                                 asio::buffer(rest, sizeof(Hello) - kHelloPrefix), asio::buffer(self->job_name_)};
+                             asio::async_read(self->socket_, buffers,
+                                              [self](const boost::system::error_code& ec2, size_t) {
+                                                  if (!self->acting())
+                                                      return;
+                                                  if (ec2)
+                                                      return self->close();
+                                                  self->authenticate();
+                                              });
+                         });
+    }
+
+    void authenticate()
+    {
+        const auto& o = server_.options_;
+        // Our frames' tags from now on: a worker that holds the secret can
+        // check even a refusal.
+        down_.emplace(o.secret, challenge_.nonce, hello_.nonce, FrameMac::Direction::kToWorker);
+        const auto want = hello_mac(o.secret, challenge_.nonce, hello_, job_name_);
+        // The MAC covers the job name, so a wrong job fails here too; say which.
+        if (job_name_ != o.job)
+            return fail("this server serves job '" + o.job + "', not '" + job_name_ + "'");
+        if (!same_mac(want, hello_.mac))
+            return fail("authentication failed: wrong secret for job '" + o.job + "'");
+        up_.emplace(o.secret, challenge_.nonce, hello_.nonce, FrameMac::Direction::kToServer);
+        if (!hello_.workers || hello_.workers > o.max_workers)
+            return fail(std::to_string(hello_.workers) + " workers (1.." + std::to_string(o.max_workers) + ")");
+        if (hello_.worker >= hello_.workers)
+            return fail("worker " + std::to_string(hello_.worker) + " of " + std::to_string(hello_.workers));
+        if (!hello_.lanes || hello_.lanes > kMaxLanes || hello_.lane >= hello_.lanes)
+            return fail("lane " + std::to_string(hello_.lane) + " of " + std::to_string(hello_.lanes));
+        if (!hello_.key_count || hello_.key_count > kMaxKeys)
+            return fail("1.." + std::to_string(kMaxKeys) + " keys, not " + std::to_string(hello_.key_count));
+        keys_.resize(hello_.key_count);
+        const std::array<asio::mutable_buffer, 2> buffers{asio::buffer(keys_), asio::buffer(in_tag_)};
+        asio::async_read(socket_, buffers, [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+            if (!self->acting())
+                return;
+            if (ec)
+                return self->close();
+            const auto* keys = reinterpret_cast<const uint8_t*>(self->keys_.data());
+            if (!same_mac(self->up_->next({keys, self->keys_.size() * sizeof(uint64_t)}), self->in_tag_))
+                return self->fail("the key sizes failed authentication");
+            self->join();
+        });
+    }
+
+    void join()
+    {
+        JobShape shape{hello_.workers, std::move(keys_)};
+        if (const std::string why = server_.admit(shared_from_this(), hello_, std::move(shape)); !why.empty())
+            return fail(why);
+        admitted_ = true;
+        end_handshake();
+        timer_.cancel();
+        Out ready{};
+        ready.header.type = Type::kReady;
+        out_.push_back(std::move(ready));
+        if (out_.size() == 1)
+            write_next();
+        read_header();
+    }
+
+    void read_header()
+    {
+        asio::async_read(socket_, asio::buffer(&in_, sizeof(in_)),
+                         [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                             if (!self->acting())
+                                 return;
+                             if (ec)
+                                 return self->close();
+                             self->on_header();
+                         });
+    }
+
+    // A frame's header: its length is checked against the job before a
+    // byte of its payload is read; nothing is acted on before its tag.
+    void on_header()
+    {
+        size_t payload = 0;
+        if (in_.type == Type::kPush) {
+            try {
+                job_->sums.check(in_.key, in_.offset, in_.count);
+            } catch (const ProtocolError& e) {
+                return fail(e.what());
+            }
+            payload = in_.count;
+        } else if (in_.type != Type::kBye && in_.type != Type::kAckPushes) {
+            return fail("unexpected message type " + std::to_string(static_cast<unsigned>(in_.type)));
+        }
+        payload_.resize(payload);
+        const std::array<asio::mutable_buffer, 2> buffers{asio::buffer(payload_), asio::buffer(in_tag_)};
+        asio::async_read(socket_, buffers, [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+            if (!self->acting())
+                return;
+            if (ec)
+                return self->close();
+            self->on_frame();
+        });
+    }
+
+    void on_frame()
+    {
+        const auto* payload = reinterpret_cast<const uint8_t*>(payload_.data());
+        const auto tag = up_->next({reinterpret_cast<const uint8_t*>(&in_), sizeof(in_)},
+                                   {payload, payload_.size() * sizeof(float)});
+        if (!same_mac(tag, in_tag_))
+            return fail("a message failed authentication (frame " + std::to_string(up_->frames() - 1) + ")");
+        if (in_.type == Type::kBye) {
+            // Out of the job now; the close tells the worker so (it waits
+            // for it before the next run can start).
+            said_bye_ = true;
+            server_.log_.debug("worker said bye", {{"peer", address_}, {"worker", std::to_string(worker())}});
+            return close();
+        }
+        if (in_.type == Type::kAckPushes) {
+            ack_pushes_ = true;
+            return read_header();
+        }
+        // The handler's own hold on the job: whatever the push ends (this
+        // connection, the job), its state outlives this call.
+        const std::shared_ptr<Job> job = job_;
+        try {
+            server_.pushed(*job, shared_from_this(), in_.key, in_.offset, in_.iteration, payload_);
+        } catch (const ProtocolError& e) {
+            return fail(e.what());
+        }
+        if (!acting())
+            return;
+        if (ack_pushes_)
+            ack(in_);
+        read_header();
     }
 
     // The worker's scheduler (ByteScheduler's credit) learns its push is in:
@@ -148,177 +384,28 @@ public:
             write_next();
     }
 
-    void close()
-    {
-        if (closed_)
-            return;
-        closed_ = true;
-        timer_.cancel();
-        // libmercury keeps a duplicate of a registered socket: without the
-        // release (and the shutdown) the worker would never see our close.
-        if (server_.agent_ && member_or_was_)
-            server_.agent_->release_socket(socket_.native_handle());
-        boost::system::error_code ec;
-        socket_.shutdown(tcp::socket::shutdown_both, ec);
-        socket_.close(ec);
-        auto self = shared_from_this();
-        if (member_)
-            server_.left(*this, said_bye_);
-        server_.forget(*this);
-    }
-
-    int fd() { return socket_.native_handle(); }
-    const std::string& address() const { return address_; }
-    uint32_t worker() const { return hello_.worker; }
-    uint32_t lane() const { return hello_.lane; }
-    void set_member(bool member)
-    {
-        member_ = member;
-        member_or_was_ |= member;
-    }
-
-private:
-    struct Out {
-        Header header;
-        std::shared_ptr<const std::vector<float>> values;
-        uint64_t from = 0;
-        std::string text;
-    };
-
-    // A member that breaks the rules ends the job (the others would wait
-    // for its chunks); anyone else is only refused.
-    void fail(const std::string& why)
-    {
-        server_.log_.warn("dropping worker connection", {{"peer", address_}, {"reason", why}});
-        if (!admitted_ && !closing_)
-            server_.observer_->connection(false);
-        if (member_)
-            server_.end_job("worker " + std::to_string(worker()) + " lane " + std::to_string(lane()) + ": " + why);
-        refuse(why);
-    }
-
-    void read_hello()
-    {
-        asio::async_read(socket_, asio::buffer(&hello_, sizeof(hello_)),
-                         [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                             if (ec)
-                                 return self->close();
-                             if (self->hello_.magic != kMagic || self->hello_.version != kVersion)
-                                 return self->fail("not a mercury-ps version 1 client");
-                             if (self->hello_.job_len == 0 || self->hello_.job_len > kMaxJobName)
-                                 return self->fail("job name must be 1.." + std::to_string(kMaxJobName) + " bytes");
-                             self->job_name_.resize(self->hello_.job_len);
-                             asio::async_read(self->socket_, asio::buffer(self->job_name_),
-                                              [self](const boost::system::error_code& ec2, size_t) {
-                                                  if (ec2)
-                                                      return self->close();
-                                                  self->authenticate();
-                                              });
-                         });
-    }
-
-    void authenticate()
-    {
-        const auto& o = server_.options_;
-        const auto want = hello_mac(o.secret, std::span<const uint8_t, kNonceBytes>(challenge_.nonce), hello_, job_name_);
-        // The MAC covers the job name, so a wrong job fails here too; say which.
-        if (job_name_ != o.job)
-            return fail("this server serves job '" + o.job + "', not '" + job_name_ + "'");
-        if (!same_mac(want, std::span<const uint8_t, kMacBytes>(hello_.mac)))
-            return fail("authentication failed: wrong secret for job '" + o.job + "'");
-        if (!hello_.workers || hello_.workers > o.max_workers)
-            return fail(std::to_string(hello_.workers) + " workers (1.." + std::to_string(o.max_workers) + ")");
-        if (hello_.worker >= hello_.workers)
-            return fail("worker " + std::to_string(hello_.worker) + " of " + std::to_string(hello_.workers));
-        if (!hello_.lanes || hello_.lanes > kMaxLanes || hello_.lane >= hello_.lanes)
-            return fail("lane " + std::to_string(hello_.lane) + " of " + std::to_string(hello_.lanes));
-        if (!hello_.key_count || hello_.key_count > kMaxKeys)
-            return fail("1.." + std::to_string(kMaxKeys) + " keys, not " + std::to_string(hello_.key_count));
-        keys_.resize(hello_.key_count);
-        asio::async_read(socket_, asio::buffer(keys_),
-                         [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                             if (ec)
-                                 return self->close();
-                             self->join();
-                         });
-    }
-
-    void join()
-    {
-        JobShape shape{hello_.workers, std::move(keys_)};
-        if (const std::string why = server_.admit(shared_from_this(), hello_, std::move(shape)); !why.empty())
-            return fail(why);
-        admitted_ = true;
-        timer_.cancel();
-        Out ready{};
-        ready.header.type = Type::kReady;
-        out_.push_back(std::move(ready));
-        if (out_.size() == 1)
-            write_next();
-        read_header();
-    }
-
-    void read_header()
-    {
-        asio::async_read(socket_, asio::buffer(&in_, sizeof(in_)),
-                         [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                             if (ec)
-                                 return self->close();
-                             self->on_header();
-                         });
-    }
-
-    void on_header()
-    {
-        if (closing_)
-            return;
-        if (in_.type == Type::kBye) {
-            // Out of the job now; the close tells the worker so (it waits
-            // for it before the next run can start).
-            said_bye_ = true;
-            server_.log_.debug("worker said bye", {{"peer", address_}, {"worker", std::to_string(worker())}});
-            return close();
-        }
-        if (in_.type == Type::kAckPushes) {
-            ack_pushes_ = true;
-            return read_header();
-        }
-        if (in_.type != Type::kPush)
-            return fail("unexpected message type " + std::to_string(static_cast<unsigned>(in_.type)));
-        if (!member_)
-            return fail("not in a job");
-        try {
-            server_.job_->check(in_.key, in_.offset, in_.count);
-        } catch (const ProtocolError& e) {
-            return fail(e.what());
-        }
-        payload_.resize(in_.count);
-        asio::async_read(socket_, asio::buffer(payload_),
-                         [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                             if (ec)
-                                 return self->close();
-                             if (self->closing_)
-                                 return;
-                             try {
-                                 self->server_.pushed(self, self->in_.key, self->in_.offset, self->payload_);
-                             } catch (const ProtocolError& e) {
-                                 return self->fail(e.what());
-                             }
-                             if (self->ack_pushes_ && !self->closing_)
-                                 self->ack(self->in_);
-                             self->read_header();
-                         });
-    }
-
     void write_next()
     {
-        const Out& o = out_.front();
-        std::vector<asio::const_buffer> buffers{asio::buffer(&o.header, sizeof(o.header))};
+        Out& o = out_.front();
+        std::span<const uint8_t> payload;
         if (o.values)
-            buffers.push_back(asio::buffer(o.values->data() + o.from, o.header.count * sizeof(float)));
+            payload = {reinterpret_cast<const uint8_t*>(o.values->data() + o.from), o.header.count * sizeof(float)};
         else if (!o.text.empty())
-            buffers.push_back(asio::buffer(o.text));
+            payload = {reinterpret_cast<const uint8_t*>(o.text.data()), o.text.size()};
+        // Tagged as it goes out: the frame's number is its place on the wire
+        // (an Ack overtakes queued sums). Before the Hello, no worker nonce:
+        // zeros (no worker can check that refusal, and it says so).
+        if (!down_)
+            down_.emplace(server_.options_.secret, challenge_.nonce, std::array<uint8_t, kNonceBytes>{},
+                          FrameMac::Direction::kToWorker);
+        o.tag = down_->next({reinterpret_cast<const uint8_t*>(&o.header), sizeof(o.header)}, payload);
+        constexpr size_t kV1Header = 16;
+        const std::array<asio::const_buffer, 3> buffers{
+            asio::buffer(&o.header, v1_peer_ ? kV1Header : sizeof(o.header)),
+            asio::buffer(payload.data(), payload.size()), asio::buffer(o.tag, v1_peer_ ? 0 : o.tag.size())};
         asio::async_write(socket_, buffers, [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+            if (self->closed_)
+                return;
             if (ec)
                 return self->close();
             const bool was_error = self->out_.front().header.type == Type::kError;
@@ -338,26 +425,33 @@ private:
     Server& server_;
     tcp::socket socket_;
     asio::steady_timer timer_;
-    std::string address_;
+    std::string address_;   // host:port, for the log
+    std::string host_;      // whose Admission slot it holds
     Challenge challenge_{};
     Hello hello_{};
     std::string job_name_;
     std::vector<uint64_t> keys_;
+    std::optional<FrameMac> up_, down_;   // tags of the worker's frames and of ours
     Header in_{};
     std::vector<float> payload_;
+    Tag in_tag_{};
     // A list: an Ack goes in behind the message being written, which must
     // not move (a deque's insert in the middle moves every element, and the
     // write in flight sent whatever then lay at the old address).
     std::list<Out> out_;
     uint64_t queued_bytes_ = 0;   // payload of the sums in out_
+    std::shared_ptr<Job> job_;
     bool ack_pushes_ = false;
-    bool admitted_ = false, member_ = false, member_or_was_ = false, said_bye_ = false, closing_ = false,
-         closed_ = false;
+    bool in_handshake_ = true;    // holds an Admission slot
+    bool v1_peer_ = false;        // a version 1 worker, being refused
+    bool admitted_ = false, member_or_was_ = false, said_bye_ = false, closing_ = false, closed_ = false;
 };
 
 Server::Server(asio::io_context& io, const Logger& log, ServerOptions options)
-    : io_(io), log_(log), options_(std::move(options)), acceptor_(io), ticker_(io)
+    : io_(io), log_(log), options_(std::move(options)), acceptor_(io), ticker_(io), admission_(options_.admission)
 {
+    if (const std::string why = weak_secret(options_.secret); !why.empty())
+        throw std::runtime_error(why);
     if (options_.use_agent)
         agent_ = std::make_unique<Client>(options_.job, 1000,
                                           options_.agent_socket.empty() ? nullptr : options_.agent_socket.c_str());
@@ -398,24 +492,52 @@ void Server::accept()
     acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
         if (ec == asio::error::operation_aborted)
             return;
-        if (!ec) {
-            const int fd = socket.native_handle();
-            std::string why;
-            if (peers_.size() >= options_.max_connections)
-                why = "at max connections (" + std::to_string(options_.max_connections) + ")";
-            else if (congestion_control_of(fd) != options_.cc)
-                why = pin_congestion_control(fd, options_.cc);
-            if (why.empty()) {
-                auto peer = std::make_shared<Peer>(*this, std::move(socket));
-                peers_.insert(peer);
-                peer->start();
-            } else {
-                log_.warn("refusing connection", {{"reason", why}});
-                observer_->connection(false);
-            }
+        if (ec) {
+            // Out of descriptors or memory: the pending connection stays in
+            // the backlog, so accepting again at once would spin. Back off.
+            refused("?", "cannot accept: " + ec.message());
+            accept_backoff_ = true;
+            return;
+        }
+        boost::system::error_code ep_ec;
+        const auto remote = socket.remote_endpoint(ep_ec);
+        const std::string host = ep_ec ? "?" : remote.address().to_string();
+        const std::string address = ep_ec ? "?" : host + ":" + std::to_string(remote.port());
+        std::string why;
+        if (peers_.size() >= options_.max_connections)
+            why = "at max connections (" + std::to_string(options_.max_connections) + ")";
+        else
+            why = admission_.open(host, Admission::Clock::now());
+        if (why.empty() && congestion_control_of(socket.native_handle()) != options_.cc)
+            if ((why = pin_congestion_control(socket.native_handle(), options_.cc)); !why.empty())
+                admission_.handshake_over(host);
+        if (why.empty()) {
+            auto peer = std::make_shared<Peer>(*this, std::move(socket), address, host);
+            peers_.insert(peer);
+            peer->start();
+        } else {
+            boost::system::error_code ignored;
+            socket.close(ignored);
+            refused(address, "connection closed at accept: " + why);
+            observer_->connection(false);
         }
         accept();
     });
+}
+
+void Server::refused(const std::string& address, const std::string& why)
+{
+    const auto now = Admission::Clock::now();
+    const auto colon = address.rfind(':');
+    admission_.refused(colon == std::string::npos ? address : address.substr(0, colon), now);
+    uint64_t suppressed = 0;
+    const bool log = admission_.log_now(now, suppressed);
+    if (suppressed)
+        log_.warn("refusals not logged (at most " + std::to_string(options_.admission.log_lines_per_second) +
+                      " a second)",
+                  {{"count", std::to_string(suppressed)}});
+    if (log)
+        log_.warn("refusing connection", {{"peer", address}, {"reason", why}});
 }
 
 void Server::tick()
@@ -424,8 +546,10 @@ void Server::tick()
     ticker_.async_wait([this](const boost::system::error_code& ec) {
         if (ec)
             return;
+        if (std::exchange(accept_backoff_, false))
+            accept();
         if (job_) {
-            if (const auto stall = job_->oldest_incomplete();
+            if (const auto stall = job_->sums.oldest_incomplete();
                 stall && Aggregator::Clock::now() - stall->since > options_.stall_timeout)
                 end_job("timed out: key " + std::to_string(stall->key) + " offset " + std::to_string(stall->offset) +
                         " waited " + std::to_string(options_.stall_timeout.count()) + " ms for worker(s) " +
@@ -440,34 +564,54 @@ std::string Server::admit(const std::shared_ptr<Peer>& peer, const Hello& hello,
     // Offsets are 32-bit element counts: no key may be larger.
     const bool key_sizes_ok = std::all_of(shape.key_elems.begin(), shape.key_elems.end(),
                                           [](uint64_t n) { return n > 0 && n <= UINT32_MAX; });
-    if (shape.bytes() > options_.max_model_bytes || !key_sizes_ok)
+    const uint64_t footprint = shape.footprint(options_.chunk_elems);
+    if (footprint > options_.max_model_bytes || !key_sizes_ok)
         return "declared " + std::to_string(shape.bytes()) + " bytes in " + std::to_string(shape.key_elems.size()) +
-               " keys (every key 1.." + std::to_string(UINT32_MAX) + " elements, at most " +
-               std::to_string(options_.max_model_bytes) + " bytes)";
-    if (job_ && !(job_->shape() == shape))
+               " keys for " + std::to_string(shape.workers) + " workers, " + std::to_string(footprint) +
+               " bytes with their records (every key 1.." + std::to_string(UINT32_MAX) + " elements, at most " +
+               std::to_string(options_.max_model_bytes) + " bytes: --max-model-mb)";
+    if (ended_runs_.count(hello.run))
+        return "run " + std::to_string(hello.run) + " has ended; a worker of a new run needs the new run's id";
+    if (job_ && hello.run != job_->run)
+        return "worker of run " + std::to_string(hello.run) + ", but the server runs run " +
+               std::to_string(job_->run) + " of job '" + options_.job + "' (one run at a time)";
+    if (job_ && !(job_->sums.shape() == shape))
         return "declared a different shape from the job's other workers (" + std::to_string(shape.workers) +
                " workers, " + std::to_string(shape.key_elems.size()) + " keys, " + std::to_string(shape.bytes()) +
-               " bytes; the job has " + std::to_string(job_->shape().workers) + ", " +
-               std::to_string(job_->shape().key_elems.size()) + ", " + std::to_string(job_->shape().bytes()) + ")";
-    if (members_.count({hello.worker, hello.lane}))
-        return "worker " + std::to_string(hello.worker) + " lane " + std::to_string(hello.lane) + " is connected already";
-    if (!job_) {
-        job_.emplace(std::move(shape), options_.chunk_elems, options_.aggregation);
-        reply_to_.assign(job_->shape().key_elems.size() * job_->shape().workers, {});
-        observer_->job_started(job_->shape().bytes());
-        job_pushed_bytes_ = job_answered_bytes_ = 0;
-        log_.info("job started", {{"job", options_.job},
-                                  {"workers", std::to_string(job_->shape().workers)},
-                                  {"keys", std::to_string(job_->shape().key_elems.size())},
-                                  {"bytes", std::to_string(job_->shape().bytes())}});
+               " bytes; the job has " + std::to_string(job_->sums.shape().workers) + ", " +
+               std::to_string(job_->sums.shape().key_elems.size()) + ", " +
+               std::to_string(job_->sums.shape().bytes()) + ")";
+    if (job_) {
+        if (job_->members.count({hello.worker, hello.lane}))
+            return "worker " + std::to_string(hello.worker) + " lane " + std::to_string(hello.lane) +
+                   " is connected already";
+        if (const auto it = job_->instances.find(hello.worker);
+            it != job_->instances.end() && it->second != hello.instance)
+            return "worker " + std::to_string(hello.worker) + " is a member already, from another process";
     }
-    members_[{hello.worker, hello.lane}] = peer;
-    peer->set_member(true);
+    if (!job_) {
+        try {
+            job_ = std::make_shared<Job>(std::move(shape), options_.chunk_elems, options_.aggregation, hello.run);
+            job_->reply_lane.assign(job_->sums.shape().key_elems.size() * job_->sums.shape().workers, 0);
+        } catch (const std::bad_alloc&) {
+            job_.reset();
+            return "the server cannot allocate the job's " + std::to_string(footprint) + " bytes";
+        }
+        observer_->job_started(job_->sums.shape().bytes());
+        log_.info("job started", {{"job", options_.job},
+                                  {"run", std::to_string(hello.run)},
+                                  {"workers", std::to_string(job_->sums.shape().workers)},
+                                  {"keys", std::to_string(job_->sums.shape().key_elems.size())},
+                                  {"bytes", std::to_string(job_->sums.shape().bytes())}});
+    }
+    job_->members[{hello.worker, hello.lane}] = peer;
+    job_->instances.emplace(hello.worker, hello.instance);
+    peer->join_job(job_);
     observer_->connection(true);
-    observer_->members(members_.size());
+    observer_->members(job_->members.size());
     if (agent_) {
-        // Registered or not, libmercury keeps a duplicate (for a restarted
-        // agent) until the peer's close releases it.
+        // Registered or not, libmercury keeps the socket's number (for a
+        // restarted agent) until the peer's close releases it.
         if (const int rc = agent_->register_lane(hello.lane, hello.lanes, peer->fd()); rc < 0 && !agent_warned_) {
             agent_warned_ = true;
             log_.warn("cannot rank connections through mercuryd; serving them unranked",
@@ -479,44 +623,51 @@ std::string Server::admit(const std::shared_ptr<Peer>& peer, const Hello& hello,
     return "";
 }
 
-void Server::pushed(const std::shared_ptr<Peer>& peer, uint32_t key, uint64_t offset, std::span<const float> data)
+void Server::pushed(Job& job, const std::shared_ptr<Peer>& peer, uint32_t key, uint64_t offset, uint32_t iteration,
+                    std::span<const float> data)
 {
-    const uint32_t workers = job_->shape().workers;
-    reply_to_[static_cast<size_t>(key) * workers + peer->worker()] = peer;
-    const auto sum = job_->add(peer->worker(), key, offset, data, Aggregator::Clock::now());
+    const uint32_t workers = job.sums.shape().workers;
+    const auto sum = job.sums.add(peer->worker(), key, offset, iteration, data, Aggregator::Clock::now());
+    job.reply_lane[static_cast<size_t>(key) * workers + peer->worker()] = static_cast<uint8_t>(peer->lane());
     observer_->pushed(data.size_bytes());
-    job_pushed_bytes_ += data.size_bytes();
+    job.pushed_bytes += data.size_bytes();
     if (!sum)
         return;
     std::vector<std::shared_ptr<Peer>> to;
-    for (uint32_t w = 0; w < workers; ++w)
-        if (auto p = reply_to_[static_cast<size_t>(key) * workers + w].lock())
-            to.push_back(std::move(p));
+    for (uint32_t w = 0; w < workers; ++w) {
+        const auto it = job.members.find({w, job.reply_lane[static_cast<size_t>(key) * workers + w]});
+        if (it != job.members.end())
+            if (auto p = it->second.lock())
+                to.push_back(std::move(p));
+    }
     // One pull per chunk: a worker places each as it comes. A worker that
     // does not read ends the job, and with it this loop.
     for (const auto& p : to)
-        for (uint64_t from = 0; job_ && from < sum->values->size(); from += options_.chunk_elems)
-            p->send_sum(*sum, from, std::min<uint64_t>(options_.chunk_elems, sum->values->size() - from));
+        for (uint64_t from = 0; !job.ended && from < sum->values->size(); from += options_.chunk_elems)
+            p->send_sum(job, *sum, from, std::min<uint64_t>(options_.chunk_elems, sum->values->size() - from));
     observer_->answered(sum->values->size() * sizeof(float) * to.size());
-    job_answered_bytes_ += sum->values->size() * sizeof(float) * to.size();
+    job.answered_bytes += sum->values->size() * sizeof(float) * to.size();
 }
 
 void Server::left(Peer& peer, bool said_bye)
 {
-    peer.set_member(false);
-    members_.erase({peer.worker(), peer.lane()});
-    observer_->members(members_.size());
+    const std::shared_ptr<Job> job = peer.job();
+    peer.leave_job();
+    if (job->ended)
+        return;
+    job->members.erase({peer.worker(), peer.lane()});
+    observer_->members(job->members.size());
     if (!said_bye) {
         end_job("worker " + std::to_string(peer.worker()) + " (" + peer.address() + ") closed lane " +
                 std::to_string(peer.lane()) + " without saying bye");
         return;
     }
-    if (members_.empty() && job_) {
+    if (job->members.empty()) {
         log_.info("job finished", {{"job", options_.job},
-                                   {"pushed_bytes", std::to_string(job_pushed_bytes_)},
-                                   {"answered_bytes", std::to_string(job_answered_bytes_)}});
-        job_.reset();
-        reply_to_.clear();
+                                   {"run", std::to_string(job->run)},
+                                   {"pushed_bytes", std::to_string(job->pushed_bytes)},
+                                   {"answered_bytes", std::to_string(job->answered_bytes)}});
+        retire(*job);
         observer_->job_ended(false);
     }
 }
@@ -525,21 +676,38 @@ void Server::end_job(const std::string& why)
 {
     if (!job_)
         return;
+    const std::shared_ptr<Job> job = job_;
     log_.error("ending job", {{"job", options_.job},
+                              {"run", std::to_string(job->run)},
                               {"reason", why},
-                              {"pushed_bytes", std::to_string(job_pushed_bytes_)},
-                              {"answered_bytes", std::to_string(job_answered_bytes_)}});
-    auto members = std::move(members_);
-    members_.clear();
-    job_.reset();
-    reply_to_.clear();
+                              {"pushed_bytes", std::to_string(job->pushed_bytes)},
+                              {"answered_bytes", std::to_string(job->answered_bytes)}});
+    retire(*job);
     observer_->job_ended(true);
     observer_->members(0);
-    for (auto& [_, weak] : members)
+    for (auto& [_, weak] : std::exchange(job->members, {}))
         if (const auto p = weak.lock()) {
-            p->set_member(false);
+            p->leave_job();
             p->refuse("mercury-ps ended the job: " + why);
         }
+}
+
+void Server::retire(Job& job)
+{
+    // No handler acts on it from now on; its memory goes with the last
+    // handler holding it, and the allocator gives it back to the system
+    // (glibc keeps freed heap otherwise: a finished job would pin its RSS).
+    job.ended = true;
+    if (ended_runs_.insert(job.run).second) {
+        ended_order_.push_back(job.run);
+        if (ended_order_.size() > kEndedRuns) {
+            ended_runs_.erase(ended_order_.front());
+            ended_order_.erase(ended_order_.begin());
+        }
+    }
+    if (job_.get() == &job)
+        job_.reset();
+    asio::post(io_, [] { malloc_trim(0); });
 }
 
 void Server::forget(Peer& peer)

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "daemon/log.hpp"
+#include "ps/admission.hpp"
 #include "ps/aggregator.hpp"
 #include "ps/wire.hpp"
 
@@ -36,12 +37,13 @@ struct ServerOptions {
     Aggregation aggregation = Aggregation::kChunk;
     uint32_t chunk_elems = 16384;        // 64 KiB of float32
     std::chrono::milliseconds stall_timeout{60000};
-    std::chrono::milliseconds handshake_timeout{10000};
-    uint64_t max_model_bytes = uint64_t{4} << 30;
+    std::chrono::milliseconds handshake_timeout{3000};   // from accept to Ready
+    uint64_t max_model_bytes = uint64_t{4} << 30;        // a job's footprint, metadata included
     uint32_t max_workers = 256;
-    uint32_t max_connections = 1024;
+    uint32_t max_connections = 4096;
     bool use_agent = true;               // rank connections through the local mercuryd
     std::string agent_socket;            // empty: libmercury's default ($MERCURY_SOCKET)
+    Admission::Limits admission;         // before authentication
 };
 
 // What the server reports as it happens (metrics.hpp counts it); every
@@ -58,6 +60,25 @@ public:
 };
 
 class Peer;
+
+// One run of the job: its sums, its members and where each unit's sum goes.
+// The server holds it while it runs, and every handler of a member holds it
+// for as long as that handler runs: ending a job marks it ended (no handler
+// acts on an ended job) and its memory goes with the last holder, never
+// from under a handler.
+struct Job {
+    Job(JobShape shape, uint32_t chunk_elems, Aggregation aggregation, uint64_t run_id)
+        : sums(std::move(shape), chunk_elems, aggregation), run(run_id) {}
+    Aggregator sums;
+    uint64_t run;                                // every member's Hello names it
+    std::map<uint32_t, uint64_t> instances;      // worker -> the process its lanes come from
+    // Members by (worker, lane), and per key and worker the lane that worker
+    // pushes it on (its sum goes back there).
+    std::map<std::pair<uint32_t, uint32_t>, std::weak_ptr<Peer>> members;
+    std::vector<uint8_t> reply_lane;
+    uint64_t pushed_bytes = 0, answered_bytes = 0;   // this run's payload, for its last log line
+    bool ended = false;
+};
 
 class Server {
 public:
@@ -77,9 +98,15 @@ private:
     // Adds an authenticated peer to the job (starting one if none runs); the
     // reason it cannot join, or "".
     std::string admit(const std::shared_ptr<Peer>& peer, const Hello& hello, JobShape shape);
-    void pushed(const std::shared_ptr<Peer>& peer, uint32_t key, uint64_t offset, std::span<const float> data);
+    // A member's push into @job (the one it joined, still running).
+    void pushed(Job& job, const std::shared_ptr<Peer>& peer, uint32_t key, uint64_t offset, uint32_t iteration,
+                std::span<const float> data);
     void left(Peer& peer, bool said_bye);
     void end_job(const std::string& why);
+    // Marks @job ended and forgets it; its run may not join again.
+    void retire(Job& job);
+    // Logs a refusal of @address (rate-limited), and counts it against it.
+    void refused(const std::string& address, const std::string& why);
     void forget(Peer& peer);
 
     boost::asio::io_context& io_;
@@ -90,12 +117,12 @@ private:
     std::unique_ptr<Client> agent_;
     bool agent_warned_ = false;
     std::set<std::shared_ptr<Peer>> peers_;
-    // The job: its aggregator, members by (worker, lane), and per key and
-    // worker the connection that worker pushes it on (answers go there).
-    std::optional<Aggregator> job_;
-    std::map<std::pair<uint32_t, uint32_t>, std::weak_ptr<Peer>> members_;
-    std::vector<std::weak_ptr<Peer>> reply_to_;
-    uint64_t job_pushed_bytes_ = 0, job_answered_bytes_ = 0;   // this job's payload, for its last log line
+    std::shared_ptr<Job> job_;   // the running one, or none
+    static constexpr size_t kEndedRuns = 1024;
+    bool accept_backoff_ = false;   // accept() waits for the next tick
+    std::set<uint64_t> ended_runs_;   // the last kEndedRuns runs' ids: none may join again
+    std::vector<uint64_t> ended_order_;
+    Admission admission_;
     ServerObserver no_observer_;
     ServerObserver* observer_ = &no_observer_;
 };

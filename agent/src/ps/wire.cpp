@@ -3,9 +3,15 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/core_names.h>
+#include <openssl/params.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
+#include <initializer_list>
+#include <memory>
+#include <utility>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -14,24 +20,83 @@
 
 namespace mercury::ps {
 
-std::array<uint8_t, kMacBytes> hello_mac(std::string_view secret, std::span<const uint8_t, kNonceBytes> nonce,
-                                         const Hello& hello, std::string_view job)
+namespace {
+
+// HMAC-SHA256 over @parts, in order (OpenSSL 3's EVP_MAC).
+std::array<uint8_t, kMacBytes> hmac_sha256(std::span<const uint8_t> key,
+                                           std::initializer_list<std::span<const uint8_t>> parts)
 {
-    std::vector<uint8_t> message(nonce.begin(), nonce.end());
-    const auto* fields = reinterpret_cast<const uint8_t*>(&hello);
-    message.insert(message.end(), fields, fields + offsetof(Hello, mac));
-    message.insert(message.end(), job.begin(), job.end());
-    std::array<uint8_t, kMacBytes> mac{};
-    unsigned int len = 0;
-    if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), message.data(), message.size(),
-              mac.data(), &len) || len != mac.size())
+    struct MacFree {
+        void operator()(EVP_MAC* m) const { EVP_MAC_free(m); }
+    };
+    struct CtxFree {
+        void operator()(EVP_MAC_CTX* c) const { EVP_MAC_CTX_free(c); }
+    };
+    static const std::unique_ptr<EVP_MAC, MacFree> mac(EVP_MAC_fetch(nullptr, "HMAC", nullptr));
+    std::unique_ptr<EVP_MAC_CTX, CtxFree> ctx(mac ? EVP_MAC_CTX_new(mac.get()) : nullptr);
+    char digest[] = "SHA256";
+    const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
+    std::array<uint8_t, kMacBytes> out{};
+    size_t len = 0;
+    bool ok = ctx && EVP_MAC_init(ctx.get(), key.data(), key.size(), params) == 1;
+    for (const auto& part : parts)
+        ok = ok && EVP_MAC_update(ctx.get(), part.data(), part.size()) == 1;
+    if (!ok || EVP_MAC_final(ctx.get(), out.data(), &len, out.size()) != 1 || len != out.size())
         throw std::runtime_error("HMAC-SHA256 failed");
-    return mac;
+    return out;
 }
 
-bool same_mac(std::span<const uint8_t, kMacBytes> a, std::span<const uint8_t, kMacBytes> b)
+std::span<const uint8_t> bytes_of(std::string_view s)
 {
-    return CRYPTO_memcmp(a.data(), b.data(), kMacBytes) == 0;
+    return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+}  // namespace
+
+std::array<uint8_t, kMacBytes> hello_mac(std::string_view secret, Nonce challenge, const Hello& hello,
+                                         std::string_view job)
+{
+    const auto* fields = reinterpret_cast<const uint8_t*>(&hello);
+    return hmac_sha256(bytes_of(secret), {bytes_of("mercury-ps hello"), challenge,
+                                          std::span<const uint8_t>(fields, offsetof(Hello, mac)), bytes_of(job)});
+}
+
+FrameMac::FrameMac(std::string_view secret, Nonce challenge, Nonce worker, Direction direction)
+{
+    const std::string_view label =
+        direction == Direction::kToServer ? "mercury-ps frames to server" : "mercury-ps frames to worker";
+    key_ = hmac_sha256(bytes_of(secret), {bytes_of(label), challenge, worker});
+}
+
+Tag FrameMac::next(std::span<const uint8_t> header, std::span<const uint8_t> payload)
+{
+    uint8_t seq[8];
+    for (int i = 0; i < 8; ++i)
+        seq[i] = static_cast<uint8_t>(seq_ >> (8 * i));
+    ++seq_;
+    const auto full = hmac_sha256(key_, {std::span<const uint8_t>(seq), header, payload});
+    Tag tag{};
+    std::copy_n(full.begin(), tag.size(), tag.begin());
+    return tag;
+}
+
+bool same_mac(std::span<const uint8_t> a, std::span<const uint8_t> b)
+{
+    return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::string weak_secret(std::string_view secret)
+{
+    bool seen[256] = {};
+    size_t distinct = 0;
+    for (unsigned char c : secret)
+        distinct += !std::exchange(seen[c], true);
+    if (secret.size() >= kMinSecretBytes && distinct >= kMinSecretDistinct)
+        return "";
+    return "the secret is too weak (" + std::to_string(secret.size()) + " bytes, " + std::to_string(distinct) +
+           " different): it needs at least " + std::to_string(kMinSecretBytes) + " bytes of at least " +
+           std::to_string(kMinSecretDistinct) + " different values; make one with "
+           "`head -c 32 /dev/urandom | base64`";
 }
 
 std::string load_secret(const std::string& file)

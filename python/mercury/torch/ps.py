@@ -29,7 +29,7 @@ import torch.distributed as dist
 import mercury
 from mercury.contract import SO_COOKIE
 from mercury.ps import (MXNET_SPLIT_ELEMS, PARTITION_BYTES, PLACEMENTS, Connection, Part, PsError, PushPull,
-                        Work, parse_address, place, read_secret)
+                        Work, new_id, parse_address, place, read_secret)
 
 __all__ = ["PLACEMENTS", "PARTITION_BYTES", "MXNET_SPLIT_ELEMS", "Part", "place", "ServerLanes"]
 
@@ -77,6 +77,12 @@ class ServerLanes:
         """Places the buckets (``sizes`` in float32 elements) and opens every
         connection; raises PsError with the server's reason if one refuses."""
         key_secret = read_secret(secret)
+        # The run's id, rank 0's, so the servers take no worker of another
+        # run (an old run's, a second process claiming a rank); collective,
+        # as connect() is.
+        run = [new_id() if dist.get_rank() == 0 else 0]
+        dist.broadcast_object_list(run, src=0)
+        instance = new_id()
         self._parts = place(sizes, len(self.servers), placement, partition_bytes=partition_bytes)
         keys: List[List[int]] = [[] for _ in self.servers]
         for parts in self._parts:
@@ -90,7 +96,8 @@ class ServerLanes:
                     if not keys[s]:
                         continue   # a server with nothing placed on it
                     c = Connection(address, job=job, secret=key_secret, worker=worker, workers=workers, lane=lane,
-                                   lanes=self.n, key_elems=keys[s], cc=self.cc, timeout=timeout)
+                                   lanes=self.n, key_elems=keys[s], cc=self.cc, run=run[0], instance=instance,
+                                   timeout=timeout)
                     connections[(s, lane)] = c
                     cookie = int.from_bytes(c.sock.getsockopt(socket.SOL_SOCKET, SO_COOKIE, 8), "little")
                     self.lanes[lane].sockets[c.fileno()] = cookie

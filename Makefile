@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod kmod-guest user deb test unit bpftest torchtest vmtest systemdtest fuzz bench bench-jobs bench-gap bench-torch bench-ps bench-ps-cost bench-cc bench-agent demo install clean guest
+.PHONY: all deps kmod kmod-guest user deb test unit bpftest torchtest pstest vmtest systemdtest fuzz bench bench-jobs bench-gap bench-torch bench-ps bench-ps-cost bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -53,6 +53,10 @@ bpftest: user
 # mercury.torch on real PyTorch (Gloo), natively with the BPF datapath (root).
 torchtest: deps user
 	tests/torch/run.sh $(USER)
+
+# mercury-ps against hostile peers and impostor servers, on a sanitizer build (root).
+pstest: user
+	tests/integration/run-ps.sh $(BUILD) $(USER)
 
 # The module on a real kernel under qemu.
 vmtest: $(INITRD)

@@ -87,6 +87,9 @@ step "stress: the jobs tests twice beside busy loops, the second with random los
 suite stress "$BUILD/stress-tests.log" env TESTS="$(cd tests/cc && bash -c '. ./jobs.sh; echo $JOBS_TESTS')" \
 	tests/native/stress.sh "$BUILD/user" 2 "$BUILD/stress"
 
+step "mercury-ps: hostile peers, a kill loop, a fuzzer, floods and impostor servers, on an ASan/UBSan build"
+suite ps "$BUILD/ps-suite.log" tests/integration/run-ps.sh "$BUILD" "$BUILD/user"
+
 step "PyTorch: mercury.torch against DDP, lanes in the BPF datapath"
 suite torch "$BUILD/torch-tests.log" tests/torch/run.sh "$BUILD/user"
 

@@ -6,8 +6,8 @@
 # unless a CC named mercury is already there), starts the worker's mercuryd
 # and two mercury-ps servers (job torchtest, a secret of this run's) in a
 # network namespace of its own and runs tests/torch/checks.py there (Gloo
-# and the servers over that namespace's loopback), then tests/integration/ps_hostile.py
-# against servers of its own. Prints PASS/FAIL lines and
+# and the servers over that namespace's loopback). (mercury-ps's own suite
+# is tests/integration/run-ps.sh.) Prints PASS/FAIL lines and
 # "torch: N passed, M failed"; exits non-zero on any failure.
 #
 # usage: run.sh BIN_DIR      (as root)
@@ -64,7 +64,6 @@ MERCURY_SOCKET=$sock MERCURY_JOB=torchtest MERCURY_PS_SECRET_FILE="$secret_dir/s
 	ip netns exec $ns /usr/bin/python3 "$top/tests/torch/checks.py" --mercuryctl "$build/bin/mercuryctl" \
 	--servers "$servers"
 rc=$?
-ip netns exec $ns /usr/bin/python3 "$top/tests/integration/ps_hostile.py" "$build/bin/mercury-ps" || rc=1
 for p in $ps_pids; do
 	kill -0 "$p" 2>/dev/null || { echo "FAIL torch/ps-alive: a mercury-ps died (see $ps_log)"; rc=1; }
 done

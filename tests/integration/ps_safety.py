@@ -58,7 +58,7 @@ def report(name: str, ok: bool, detail: str) -> None:
 
 class Server:
     def __init__(self, binary: str, port: int, tmp: str, *extra: str,
-                 limits: Optional[Tuple[int, int]] = None) -> None:
+                 limits: Optional[Tuple[int, int]] = None, no_agent: bool = True) -> None:
         self.address = f"127.0.0.1:{port}"
         self.port = port
         self.log = os.path.join(tmp, f"ps-{port}.log")
@@ -66,8 +66,8 @@ class Server:
             f.write(SECRET + b"\n")
         preexec = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limits)) if limits else None
         self.proc = subprocess.Popen([binary, "--listen", self.address, "--job", JOB, "--secret-file",
-                                      os.path.join(tmp, "secret"), "--cc", "reno", "--no-agent",
-                                      "--timeout-ms", "2000", *extra],
+                                      os.path.join(tmp, "secret"), "--cc", "reno",
+                                      *(["--no-agent"] if no_agent else []), "--timeout-ms", "2000", *extra],
                                      stderr=open(self.log, "w"), preexec_fn=preexec)
         end = time.monotonic() + 20
         while time.monotonic() < end and self.proc.poll() is None and "serving" not in self.text():
@@ -548,6 +548,28 @@ def check_descriptors(binary: str, tmp: str) -> None:
         soft = next(int(ln.split()[3]) for ln in f if ln.startswith("Max open files"))
     report("soft-limit-raised", raised.alive() and soft >= 4224, f"soft limit {soft}")
     raised.stop()
+    # A job of 64 workers x 8 lanes under a 1,024-descriptor limit, ranked
+    # through libmercury (no mercuryd there): a connection costs one
+    # descriptor (libmercury kept a duplicate of each, and the job stopped
+    # at 508 connections).
+    ranked = Server(binary, 7317, tmp, "--max-connections", "800", "--agent-socket", os.path.join(tmp, "no-agent"),
+                    limits=(1024, 1024), no_agent=False)
+    run, conns, why = new_id(), [], ""
+    try:
+        for w in range(64):
+            instance = new_id()
+            for lane in range(8):
+                conns.append(connect(ranked, w, 64, [16], run, instance=instance, lane=lane, lanes=8))
+    except PsError as e:
+        why = str(e)
+    fds = len(os.listdir(f"/proc/{ranked.proc.pid}/fd")) if ranked.alive() else -1
+    for c in conns:
+        c.sock.sendall(c.frame(BYE))
+        c.close()
+    report("one-descriptor-per-member", len(conns) == 512 and 0 < fds < 600,
+           f"{len(conns)}/512 connections of 64 workers x 8 lanes joined, the server holds {fds} descriptors "
+           f"{why!r}")
+    ranked.stop()
     # Out of descriptors while running: the accept loop backs off and says so.
     tight = Server(binary, 7316, tmp, "--max-connections", "64")
     hard = resource.prlimit(tight.proc.pid, resource.RLIMIT_NOFILE)[1]

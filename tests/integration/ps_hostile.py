@@ -17,41 +17,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+sys.path.insert(0, os.path.dirname(__file__))
+import pslib  # noqa: E402
+from pslib import Report  # noqa: E402
 from mercury.ps import (ACK, ACK_PUSHES, BYE, ERROR, HEADER, PULL, PUSH, Connection, PsError,  # noqa: E402
                         PushPull, _recv_exact, new_id)
 
 SECRET = b"the job's secret, long enough: 0123456789"
 JOB = "hostile"
-failed = 0
+report = Report("ps")
 
 
-def report(name: str, ok: bool, detail: str) -> None:
-    global failed
-    print(("PASS " if ok else "FAIL ") + "ps/" + name + ("  # " if ok else ": ") + detail, flush=True)
-    failed += not ok
-
-
-class Server:
-    def __init__(self, binary: str, port: int, tmp: str, *extra: str) -> None:
-        self.address = f"127.0.0.1:{port}"
-        self.log = os.path.join(tmp, f"ps-{port}.log")
-        with open(os.path.join(tmp, "secret"), "wb") as f:
-            f.write(SECRET + b"\n")
-        self.proc = subprocess.Popen([binary, "--listen", self.address, "--job", JOB, "--secret-file",
-                                      os.path.join(tmp, "secret"), "--cc", "cubic", "--no-agent",
-                                      "--timeout-ms", "1000", *extra],
-                                     stderr=open(self.log, "w"))
-
-    def text(self) -> str:
-        with open(self.log) as f:
-            return f.read()
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+def Server(binary: str, port: int, tmp: str, *extra: str) -> pslib.Server:
+    return pslib.Server(binary, port, tmp, *extra, job=JOB, secret=SECRET, cc="cubic", timeout_ms=1000)
 
 
 RUN = [new_id()]   # the run the next connect() joins; new_run() starts another
@@ -62,7 +43,7 @@ def new_run() -> int:
     return RUN[0]
 
 
-def connect(server: Server, worker: int, workers: int, keys: Sequence[int], *, secret: bytes = SECRET,
+def connect(server: pslib.Server, worker: int, workers: int, keys: Sequence[int], *, secret: bytes = SECRET,
             job: str = JOB, lane: int = 0, lanes: int = 1, run: Optional[int] = None,
             instance: Optional[int] = None) -> Connection:
     return Connection(server.address, job=job, secret=secret, worker=worker, workers=workers, lane=lane,
@@ -117,7 +98,7 @@ def leave(*conns: Connection) -> None:
     new_run()
 
 
-def wait_jobs_over(server: Server, timeout: float = 5.0) -> None:
+def wait_jobs_over(server: pslib.Server, timeout: float = 5.0) -> None:
     """Until every job the server started has finished (its workers' byes
     arrive after they close)."""
     end = time.monotonic() + timeout
@@ -125,7 +106,7 @@ def wait_jobs_over(server: Server, timeout: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def check_handshake(server: Server) -> None:
+def check_handshake(server: pslib.Server) -> None:
     why = refused(lambda: connect(server, 0, 1, [8], secret=b"a guess, but a long one: 0123456789"))
     report("wrong-secret", "authentication failed" in why and "authentication failed" in server.text(),
            f"refused: {why!r}; logged: {'authentication failed' in server.text()}")
@@ -147,7 +128,7 @@ def check_handshake(server: Server) -> None:
         report(name, want in why, f"refused: {why!r}")
 
 
-def check_shape_and_pushes(server: Server) -> None:
+def check_shape_and_pushes(server: pslib.Server) -> None:
     a = connect(server, 0, 2, [100, 50])
     why = refused(lambda: connect(server, 1, 2, [100]))
     report("shape-mismatch", "different shape" in why, f"refused: {why!r}")
@@ -177,7 +158,7 @@ def check_shape_and_pushes(server: Server) -> None:
     new_run()
 
 
-def check_stall_and_vanish(server: Server) -> None:
+def check_stall_and_vanish(server: pslib.Server) -> None:
     conns = {(0, 0): connect(server, 0, 2, [64])}
     b = connect(server, 1, 2, [64])
     engine = PushPull(conns, timeout=20)
@@ -212,7 +193,7 @@ def check_stall_and_vanish(server: Server) -> None:
     new_run()
 
 
-def check_non_reader(server: Server) -> None:
+def check_non_reader(server: pslib.Server) -> None:
     """A member that pushes but never reads its sums: its queue is bounded
     (one round of the job's sums), then the job ends, naming it."""
     new_run()
@@ -232,7 +213,7 @@ def check_non_reader(server: Server) -> None:
     a.close(), b.close()
 
 
-def check_sums(server: Server, tensor_server: Server) -> None:
+def check_sums(server: pslib.Server, tensor_server: pslib.Server) -> None:
     """Three workers, 2.5 chunks of 1024 elements: every sum exact; the
     first chunk's sum comes before the last chunk is pushed (chunk), or only
     after (tensor)."""
@@ -266,7 +247,7 @@ def check_sums(server: Server, tensor_server: Server) -> None:
         leave(*cs)
 
 
-def check_acks(server: Server) -> None:
+def check_acks(server: pslib.Server) -> None:
     """A worker that asks for acks (ByteScheduler's credit, the replayer's
     bytescheduler mode) gets one per push as the server takes it, before
     any sum; one that does not ask gets none. The job's last log line says
@@ -294,7 +275,7 @@ def check_acks(server: Server) -> None:
     report("job-bytes-logged", bool(line) and f"pushed_bytes={2 * n * 4}" in line[0], "".join(line))
 
 
-def check_acks_between_sums(server: Server) -> None:
+def check_acks_between_sums(server: pslib.Server) -> None:
     """Acks slip in ahead of queued sums while a sum is being written (the
     worker reads nothing until it has pushed 1 MiB): the stream stays whole
     and every sum is exact. (When an Ack's insertion moved the message in
@@ -323,7 +304,7 @@ def check_acks_between_sums(server: Server) -> None:
     leave(asks, plain)
 
 
-def check_metrics(server: Server) -> None:
+def check_metrics(server: pslib.Server) -> None:
     """The server counted what the checks did to it (Prometheus, --metrics)."""
     import urllib.request
     text = urllib.request.urlopen("http://127.0.0.1:9471/metrics", timeout=5).read().decode()
@@ -382,7 +363,7 @@ def main() -> int:
         finally:
             server.stop()
             tensor_server.stop()
-    return 1 if failed else 0
+    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":

@@ -26,15 +26,12 @@ usage: ps_safety.py MERCURY_PS_BINARY [--kills N] [--fuzz-rounds N] [--seed S] [
 from __future__ import annotations
 
 import argparse
-import hashlib
-import hmac
 import os
 import random
 import resource
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -42,65 +39,40 @@ import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+sys.path.insert(0, os.path.dirname(__file__))
+import pslib  # noqa: E402
+from pslib import Report  # noqa: E402
 from mercury.ps import (ACK_PUSHES, BYE, CHALLENGE, ERROR, HEADER, HELLO, MAGIC, PULL, PUSH, READY,  # noqa: E402
                         TAG_BYTES, VERSION, Connection, FrameMac, PsError, PushPull, _recv_exact, new_id)
 
 SECRET = b"ps_safety's secret: 0123456789abcdefghij"
 JOB = "safety"
-failed = 0
+report = Report("ps-safety")
 
 
-def report(name: str, ok: bool, detail: str) -> None:
-    global failed
-    print(("PASS " if ok else "FAIL ") + "ps-safety/" + name + ("  # " if ok else ": ") + detail, flush=True)
-    failed += not ok
+def Server(binary: str, port: int, tmp: str, *extra: str, limits: Optional[Tuple[int, int]] = None,
+           no_agent: bool = True) -> pslib.Server:
+    return pslib.Server(binary, port, tmp, *extra, job=JOB, secret=SECRET, cc="reno", timeout_ms=2000,
+                        limits=limits, no_agent=no_agent)
 
 
-class Server:
-    def __init__(self, binary: str, port: int, tmp: str, *extra: str,
-                 limits: Optional[Tuple[int, int]] = None, no_agent: bool = True) -> None:
-        self.address = f"127.0.0.1:{port}"
-        self.port = port
-        self.log = os.path.join(tmp, f"ps-{port}.log")
-        with open(os.open(os.path.join(tmp, "secret"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-            f.write(SECRET + b"\n")
-        preexec = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limits)) if limits else None
-        self.proc = subprocess.Popen([binary, "--listen", self.address, "--job", JOB, "--secret-file",
-                                      os.path.join(tmp, "secret"), "--cc", "reno",
-                                      *(["--no-agent"] if no_agent else []), "--timeout-ms", "2000", *extra],
-                                     stderr=open(self.log, "w"), preexec_fn=preexec)
-        end = time.monotonic() + 20
-        while time.monotonic() < end and self.proc.poll() is None and "serving" not in self.text():
-            time.sleep(0.05)
-
-    def text(self) -> str:
-        with open(self.log, errors="replace") as f:
-            return f.read()
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def sanitizer_reports(self) -> List[str]:
-        return [ln for ln in self.text().splitlines() if "Sanitizer" in ln or "runtime error" in ln][:3]
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            return self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+def refusal(make: Callable[[], Connection]) -> str:
+    """The reason a connection was refused, or "" if it joined."""
+    try:
+        make().close()
+    except PsError as e:
+        return str(e)
+    return ""
 
 
-def connect(server: Server, worker: int, workers: int, keys: Sequence[int], run: int, *,
+def connect(server: pslib.Server, worker: int, workers: int, keys: Sequence[int], run: int, *,
             instance: Optional[int] = None, lane: int = 0, lanes: int = 1, timeout: float = 10) -> Connection:
     return Connection(server.address, job=JOB, secret=SECRET, worker=worker, workers=workers, lane=lane,
                       lanes=lanes, key_elems=keys, cc="reno", run=run,
                       instance=new_id() if instance is None else instance, timeout=timeout)
 
 
-def connect_job(server: Server, workers: int, keys: Sequence[int], run: int) -> List[Connection]:
+def connect_job(server: pslib.Server, workers: int, keys: Sequence[int], run: int) -> List[Connection]:
     """Every worker of a new run; retried while the server still ends the
     last one (its members' closes are in flight)."""
     end = time.monotonic() + 10
@@ -134,7 +106,7 @@ def push(c: Connection, key: int, offset: int, values: Sequence[float], iteratio
     c.sock.sendall(c.frame(PUSH, key, offset, len(values), iteration, struct.pack(f"<{len(values)}f", *values)))
 
 
-def clean_job_exact(server: Server, workers: int = 3) -> Tuple[bool, str]:
+def clean_job_exact(server: pslib.Server, workers: int = 3) -> Tuple[bool, str]:
     """A clean job after the abuse: every sum exact, over two iterations."""
     n = 3000
     conns = connect_job(server, workers, [n, 7], new_id())
@@ -159,7 +131,7 @@ def clean_job_exact(server: Server, workers: int = 3) -> Tuple[bool, str]:
 
 # -- the server -----------------------------------------------------------------
 
-def check_kill_loop(server: Server, kills: int) -> None:
+def check_kill_loop(server: pslib.Server, kills: int) -> None:
     """Two workers push a 16 MiB key in a loop; one is SIGKILLed at a random
     moment after its first sum; again and again. The survivor must hear why
     every time; the server must live through all of it."""
@@ -301,7 +273,7 @@ class Member:
         self.c.close()
 
 
-def check_fuzz(server: Server, rounds: int, seed: int) -> None:
+def check_fuzz(server: pslib.Server, rounds: int, seed: int) -> None:
     """Two or three members at once, each doing a random mix of good and
     bad pushes, byes, resets, half frames, stopping to read or reading."""
     rng = random.Random(seed)
@@ -359,7 +331,7 @@ def bad_hello(job: str = JOB) -> bytes:
     return HELLO.pack(MAGIC, VERSION, len(jb), 0, 1, 0, 1, 1, 0, 1, 1, bytes(32)) + bytes(32) + jb + bytes(8 + 16)
 
 
-def check_flood(server: Server) -> None:
+def check_flood(server: pslib.Server) -> None:
     """A flood of bad Hellos from 127.0.0.2 and idle connections from
     127.0.0.3, while 34 real workers join one job from 127.0.0.1."""
     stop = threading.Event()
@@ -426,7 +398,7 @@ def check_flood(server: Server) -> None:
            f"address or a count: {addressed}")
 
 
-def check_idle_handshake(server: Server) -> None:
+def check_idle_handshake(server: pslib.Server) -> None:
     """A connection that never sends its Hello is closed at the handshake
     deadline (--handshake-timeout-ms 1000 here), with the reason."""
     s = socket.create_connection(("127.0.0.1", server.port))
@@ -441,7 +413,7 @@ def check_idle_handshake(server: Server) -> None:
            f"closed after {took:.1f} s: {text!r}")
 
 
-def check_versions(server: Server) -> None:
+def check_versions(server: pslib.Server) -> None:
     s = socket.create_connection(("127.0.0.1", server.port))
     s.settimeout(5)
     _recv_exact(s, CHALLENGE.size)
@@ -455,7 +427,7 @@ def check_versions(server: Server) -> None:
                                                                     "version 1") and rest == b"", repr(text))
 
 
-def check_runs_and_iterations(server: Server) -> None:
+def check_runs_and_iterations(server: pslib.Server) -> None:
     # A push delivered again after its sum went out: refused with the
     # reason, never summed into the next iteration.
     a, b = connect_job(server, 2, [100], new_id())
@@ -478,23 +450,11 @@ def check_runs_and_iterations(server: Server) -> None:
     for c in (a, b):
         error_of(c, 2)   # until the server closes
         c.close()
-    late = ""
-    try:
-        connect(server, 0, 2, [8], r1).close()
-    except PsError as e:
-        late = str(e)
+    late = refusal(lambda: connect(server, 0, 2, [8], r1))
     r2 = new_id()
     a = connect(server, 0, 2, [8], r2)
-    other = ""
-    try:
-        connect(server, 1, 2, [8], new_id()).close()
-    except PsError as e:
-        other = str(e)
-    twin = ""
-    try:
-        connect(server, 0, 2, [8], r2, lane=1, lanes=2).close()
-    except PsError as e:
-        twin = str(e)
+    other = refusal(lambda: connect(server, 1, 2, [8], new_id()))
+    twin = refusal(lambda: connect(server, 0, 2, [8], r2, lane=1, lanes=2))
     report("old-run-refused", "has ended" in late, repr(late))
     report("other-run-refused", "one run at a time" in other, repr(other))
     report("second-worker-0-refused", "from another process" in twin, repr(twin))
@@ -503,19 +463,11 @@ def check_runs_and_iterations(server: Server) -> None:
 
 def check_memory_bounds(binary: str, tmp: str, rss: bool) -> None:
     small = Server(binary, 7312, tmp, "--max-model-mb", "1")
-    why = ""
-    try:
-        connect(small, 0, 256, [1] * 65536, new_id()).close()
-    except PsError as e:
-        why = str(e)
+    why = refusal(lambda: connect(small, 0, 256, [1] * 65536, new_id()))
     report("records-count-against-max-model-mb", "with their records" in why and small.alive(), why[:160])
     small.stop()
     wide = Server(binary, 7313, tmp, "--max-workers", "65536")
-    why = ""
-    try:
-        connect(wide, 0, 65536, [1] * 65536, new_id()).close()
-    except PsError as e:
-        why = str(e)
+    why = refusal(lambda: connect(wide, 0, 65536, [1] * 65536, new_id()))
     time.sleep(0.2)
     report("huge-metadata-refused-not-crash", "with their records" in why and wide.alive(),
            f"{why[:120]!r}; server {'alive' if wide.alive() else 'DEAD'}")
@@ -598,7 +550,7 @@ def check_descriptors(binary: str, tmp: str) -> None:
     tight.stop()
 
 
-def check_metrics_beside_idle(server: Server, port: int) -> None:
+def check_metrics_beside_idle(server: pslib.Server, port: int) -> None:
     idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(100)]
     import urllib.request
     t0 = time.monotonic()
@@ -760,7 +712,7 @@ def main() -> int:
         if "descriptors" in only:
             check_descriptors(args.binary, tmp)
         if "server" not in only:
-            return 1 if failed else 0
+            return 1 if report.failed else 0
         server = Server(args.binary, 7310, tmp, "--chunk-bytes", "4096", "--handshake-timeout-ms", "1000",
                         "--metrics", "127.0.0.1:9472")
         try:
@@ -779,7 +731,7 @@ def main() -> int:
             rc = server.stop()
             reports = server.sanitizer_reports()
             report("exit-clean", rc == 0 and not reports, f"exit {rc}; sanitizer: {reports or 'clean'}")
-    return 1 if failed else 0
+    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":

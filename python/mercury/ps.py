@@ -219,18 +219,31 @@ class Connection:
                         raise PsError(f"congestion control reads back {got!r}, not {cc!r}")
                 s.settimeout(max(0.1, deadline - time.monotonic()))
                 s.connect((host, port))
-                break
             except (ConnectionRefusedError, socket.timeout) as e:
                 s.close()
                 if time.monotonic() >= deadline:
                     raise PsError(f"parameter server {address} not reachable within {timeout:g} s: {e}") from None
                 time.sleep(0.05)
+                continue
             except OSError as e:
                 s.close()
                 raise PsError(f"parameter server {address}: {e}") from None
+            try:
+                challenge = _recv_exact(s, CHALLENGE.size, deadline)
+                break
+            except socket.timeout:
+                s.close()
+                raise PsError(f"parameter server {address}: no handshake within {timeout:g} s") from None
+            except (ConnectionError, OSError) as e:
+                # A server at its limit of handshakes closes at accept,
+                # before its challenge: a busy server, tried again.
+                s.close()
+                if time.monotonic() >= deadline:
+                    raise PsError(f"parameter server {address} not reachable within {timeout:g} s: {e}") from None
+                time.sleep(0.05)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            magic, version, _, self.chunk_elems, nonce = CHALLENGE.unpack(_recv_exact(s, CHALLENGE.size, deadline))
+            magic, version, _, self.chunk_elems, nonce = CHALLENGE.unpack(challenge)
             if magic != MAGIC:
                 raise PsError(f"{address} is not a mercury-ps server")
             if version != VERSION:

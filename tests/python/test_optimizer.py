@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 import mercury.torch as mt
-from mercury.torch._guard import GuardedGrad
+from mercury.torch._guard import GuardedGrad, is_pending
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -128,10 +128,36 @@ def test_step_is_applied_before_the_next_forward() -> None:
             o.zero_grad()
             backward(model)
             o.step()
-    before = m[0].weight.detach().clone()
+    assert all(is_pending(p) for p in m.parameters())   # deferred: nothing used them yet
     m(torch.ones(1, 4))                           # the forward applies the deferred step
-    assert not torch.equal(before, m[0].weight)
+    assert not any(is_pending(p) for p in m.parameters())
     for a, b in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    opt.close()
+
+
+def test_a_pending_parameter_applies_its_step_when_used() -> None:
+    # Between step() and the next forward, whatever Python does with a
+    # parameter sees DDP's value: reading it, changing it in place, copying
+    # the model. The gradient and metadata do not apply the step.
+    m = net()
+    ref = copy.deepcopy(m)
+    opt = make(m)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    for model, o in ((m, opt), (ref, ref_opt)):
+        o.zero_grad()
+        backward(model)
+        o.step()
+    w = m[0].weight
+    assert is_pending(w) and isinstance(w, torch.nn.Parameter)
+    assert w.shape == ref[0].weight.shape and w.grad is not None and is_pending(w)
+    torch.testing.assert_close(w.detach(), ref[0].weight.detach(), rtol=0, atol=0)   # applied on use
+    assert not is_pending(w)
+    copied = copy.deepcopy(m)                     # the other buckets' steps, then a plain model
+    assert not any(is_pending(p) for p in m.parameters())
+    assert all(type(p) is torch.nn.Parameter for p in copied.parameters())
+    assert not copied._forward_pre_hooks and not any(c._forward_pre_hooks for c in copied.modules())
+    for a, b in zip(copied.parameters(), ref.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     opt.close()
 

@@ -93,7 +93,7 @@ def logged_difference(a: List[float], b: List[float]) -> float:
 LOOPS = {name: TOLERANCE for name in training_loops.LOOPS}
 LOOPS["autocast-bf16"] = 1e-2   # bf16's precision
 FOUR_WORKERS = ("accumulate", "accumulate-no-sync", "clip-plain", "clip-method", "grad-norm-read",
-                "unused-parameters")
+                "unused-parameters", "ema-after-step", "ema-of-deepcopy", "clamp-after-step", "deepcopy-after-step")
 
 
 MODES = ("mercury", "ps")   # the modes checked against DDP: mercury.torch on each backend

@@ -299,6 +299,111 @@ def loop_autocast(mode: str, gen: torch.Generator) -> Tuple[nn.Module, List[floa
     return r.model, []
 
 
+# Loops that touch the weights between step() and the next forward: under
+# mercury.torch the step of those weights is still deferred then.
+def loop_after_step(mode: str, gen: torch.Generator, after: Callable[["Run", int], List[float]],
+                    keep: Callable[["Run"], nn.Module] = lambda r: r.model,
+                    before: Callable[["Run"], None] = lambda r: None) -> Tuple[nn.Module, List[float]]:
+    r = Run(mode, SmallNet(), sgd)
+    before(r)
+    logged: List[float] = []
+    for step in range(STEPS):
+        x, y = images(gen)
+        r.opt.zero_grad()
+        nn.functional.cross_entropy(r.net(x), y).backward()
+        r.opt.step()
+        logged += after(r, step)
+    kept = keep(r)
+    r.close()
+    return kept, logged
+
+
+def ema_update(ema: nn.Module, model: nn.Module, decay: float = 0.8) -> List[float]:
+    with torch.no_grad():
+        for e, p in zip(ema.parameters(), model.parameters()):
+            e.mul_(decay).add_(p, alpha=1 - decay)
+    return []
+
+
+def loop_ema(mode: str, gen: torch.Generator, copied: bool) -> Tuple[nn.Module, List[float]]:
+    """An exponential moving average of the weights, updated after every
+    step: in a model built apart, or in a copy.deepcopy of the wrapped one."""
+    ema: List[nn.Module] = []
+
+    def make(r: Run) -> None:
+        if copied:
+            ema.append(copy.deepcopy(r.model))
+        else:
+            ema.append(SmallNet())
+            ema[0].load_state_dict(r.model.state_dict())
+    return loop_after_step(mode, gen, lambda r, _: ema_update(ema[0], r.model), keep=lambda r: ema[0], before=make)
+
+
+def loop_swa(mode: str, gen: torch.Generator) -> Tuple[nn.Module, List[float]]:
+    """PyTorch's own weight averaging (it deep-copies the model)."""
+    swa: List[torch.optim.swa_utils.AveragedModel] = []
+
+    def update(r: Run, _: int) -> List[float]:
+        swa[0].update_parameters(r.model)
+        return []
+    return loop_after_step(mode, gen, update, keep=lambda r: swa[0].module,
+                           before=lambda r: swa.append(torch.optim.swa_utils.AveragedModel(r.model)))
+
+
+def clamp(r: Run, _: int) -> List[float]:
+    with torch.no_grad():   # WGAN's weight clipping
+        for p in r.model.parameters():
+            p.clamp_(-0.05, 0.05)
+    return []
+
+
+def shrink_data(r: Run, _: int) -> List[float]:
+    for p in r.model.parameters():
+        p.data.mul_(0.98)   # an old-style weight change, through .data
+    return []
+
+
+def through_vector(r: Run, _: int) -> List[float]:
+    v = torch.nn.utils.parameters_to_vector(r.model.parameters())
+    torch.nn.utils.vector_to_parameters(v * 0.99, r.model.parameters())
+    return [float(v.norm())]
+
+
+def read_weights(r: Run, _: int) -> List[float]:
+    return [float(p.detach().abs().sum()) for p in r.model.parameters()] + [float(r.model.features[0].weight[0, 0, 0, 0])]
+
+
+def read_state_dict(r: Run, _: int) -> List[float]:
+    return [float(v.float().sum()) for v in r.model.state_dict().values()]
+
+
+def evaluate(r: Run, step: int) -> List[float]:
+    r.model.eval()
+    with torch.no_grad():
+        out = r.net(torch.ones(2, 3, 16, 16) * step)
+    r.model.train()
+    return [float(out.sum())]
+
+
+def snapshot(r: Run, step: int, kept: List[nn.Module]) -> List[float]:
+    if step == 3:
+        kept.append(copy.deepcopy(r.model))
+    return []
+
+
+def loop_snapshot(mode: str, gen: torch.Generator) -> Tuple[nn.Module, List[float]]:
+    """copy.deepcopy of the wrapped model between steps: a plain model with
+    the stepped weights (compared), which trains on its own."""
+    kept: List[nn.Module] = []
+    loop_after_step(mode, gen, lambda r, s: snapshot(r, s, kept))
+    snap = kept[0]
+    opt = sgd(snap)
+    x, y = images(torch.Generator().manual_seed(5))
+    nn.functional.cross_entropy(snap(x), y).backward()   # no worker's hooks: a local step
+    opt.step()
+    return snap, []
+
+
 def channels_last_images(gen: torch.Generator, n: int = 8) -> Tuple[torch.Tensor, torch.Tensor]:
     x, y = images(gen, n)
     return x.contiguous(memory_format=torch.channels_last), y
@@ -324,6 +429,16 @@ LOOPS: Dict[str, Callable[[str, torch.Generator], Tuple[nn.Module, List[float]]]
     "dataloader": loop_dataloader,
     "autocast-bf16": loop_autocast,
     # Conv weights (and so their gradients) in channels_last: strides unlike the flat bucket's.
+    "ema-after-step": lambda m, g: loop_ema(m, g, copied=False),
+    "ema-of-deepcopy": lambda m, g: loop_ema(m, g, copied=True),
+    "swa-averaged-model": loop_swa,
+    "clamp-after-step": lambda m, g: loop_after_step(m, g, clamp),
+    "data-after-step": lambda m, g: loop_after_step(m, g, shrink_data),
+    "vector-after-step": lambda m, g: loop_after_step(m, g, through_vector),
+    "read-after-step": lambda m, g: loop_after_step(m, g, read_weights),
+    "state-dict-after-step": lambda m, g: loop_after_step(m, g, read_state_dict),
+    "eval-after-step": lambda m, g: loop_after_step(m, g, evaluate),
+    "deepcopy-after-step": loop_snapshot,
     "channels-last": lambda m, g: loop_plain(m, g, model=SmallNet().to(memory_format=torch.channels_last),
                                              batch=channels_last_images),
 }

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
-"""What ``p.grad`` holds while its bucket is being reduced.
+"""What ``p.grad`` holds while its bucket is being reduced, and what a
+parameter is while its step is deferred.
 
 Between the launch of a bucket's all-reduce (during ``backward()``) and the
 moment the averaged gradient is in place (before the parameter's next
@@ -11,6 +12,15 @@ see what they would see under DDP; they only cost the overlap they force.
 
 Reading metadata (shape, dtype, device) and ``Module.zero_grad()`` after
 ``step()`` do not wait.
+
+After ``step()``, a parameter whose step is deferred (to just before its
+module's next forward) is a *pending* parameter: the same object, its class
+swapped for a subclass (:func:`pend`) whose ``__torch_function__`` first
+applies the deferred step, so anything Python does with it (reading it,
+``.data``, ``.detach()``, in-place changes, ``state_dict()``, an EMA, a
+copy) sees or changes what it would under DDP. ``p.grad`` and metadata do
+not apply it (the gradient has its own guard). Copying it
+(``copy.deepcopy``, pickling) applies it and gives a plain parameter.
 """
 from __future__ import annotations
 
@@ -18,7 +28,11 @@ from typing import Any, Callable, Dict, Iterable, Tuple
 
 import torch
 
-__all__ = ["GuardedGrad", "guard"]
+__all__ = ["GuardedGrad", "guard", "pend", "unpend", "is_pending"]
+
+# Attributes of a pending parameter that do not need its step: its
+# gradient (guarded on its own) and metadata.
+_PARAMETER_PASS = frozenset({"grad", "_grad", "grad_fn", "_backward_hooks", "_version"})
 
 # Attributes whose value does not depend on the gradient's values.
 _METADATA = frozenset({
@@ -33,8 +47,9 @@ _METADATA_METHODS = frozenset({
 
 
 def _attribute(func: Callable) -> str:
-    """The attribute's name if ``func`` is an attribute read (``Tensor.x.__get__``)."""
-    if getattr(func, "__name__", "") == "__get__":
+    """The attribute's name if ``func`` reads or sets an attribute
+    (``Tensor.x.__get__``, ``__set__``)."""
+    if getattr(func, "__name__", "") in ("__get__", "__set__"):
         return getattr(getattr(func, "__self__", None), "__name__", "")
     return ""
 
@@ -98,3 +113,63 @@ def guard(real: torch.Tensor, settle: Callable[[], None], zero: Callable[[], boo
     g.mercury_settle = settle
     g.mercury_zero = zero
     return g
+
+
+class _Pending:
+    """Mixed in before a parameter's own class while its step is deferred:
+    any use from Python applies the step first (``mercury_settle``)."""
+
+    mercury_settle: Callable[[], None]
+
+    @classmethod
+    def __torch_function__(cls, func: Callable, types: Tuple[type, ...], args: tuple = (),
+                           kwargs: Dict[str, Any] = None) -> Any:
+        kwargs = kwargs or {}
+        if args and isinstance(args[0], _Pending):
+            name = _attribute(func)
+            if func in _METADATA_METHODS or (len(args) <= 2 and (name in _METADATA or name in _PARAMETER_PASS)):
+                with torch._C.DisableTorchFunction():
+                    return func(*args, **kwargs)
+        for a in list(args) + list(kwargs.values()):
+            for t in (a if isinstance(a, (list, tuple)) else (a,)):
+                if isinstance(t, _Pending):
+                    t.mercury_settle()
+        with torch._C.DisableTorchFunction():
+            return func(*args, **kwargs)
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> Any:
+        self.mercury_settle()   # unpends it: the copy is its class's
+        return self.__deepcopy__(memo)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        self.mercury_settle()
+        return self.__reduce_ex__(protocol)
+
+
+_pending_classes: Dict[type, type] = {}
+
+
+def pend(p: torch.nn.Parameter, settle: Callable[[], None]) -> None:
+    """Makes ``p`` pending until :func:`unpend`; ``settle()`` must apply its
+    step and unpend it."""
+    if isinstance(p, _Pending):
+        p.mercury_settle = settle
+        return
+    cls = type(p)
+    pending = _pending_classes.get(cls)
+    if pending is None:
+        pending = type("Pending" + cls.__name__, (_Pending, cls), {"__module__": __name__})
+        _pending_classes[cls] = pending
+    p.__class__ = pending
+    p.mercury_settle = settle
+
+
+def unpend(p: torch.nn.Parameter) -> None:
+    """``p`` back to its own class."""
+    if isinstance(p, _Pending):
+        p.__class__ = type(p).__mro__[2]
+        del p.mercury_settle
+
+
+def is_pending(p: torch.Tensor) -> bool:
+    return isinstance(p, _Pending)

@@ -21,11 +21,19 @@ reduction on any use from Python (clipping, logging a norm), a second
 (accumulation, as DDP), and ``no_sync()`` defers the reduction as DDP's does.
 Parameters no worker used keep their gradient untouched (DDP's
 ``find_unused_parameters``), so optimizers skip them exactly as under DDP.
+Whatever touches a parameter whose step is deferred gets DDP's value too:
+it is *pending* (``_guard.pend``) until its step is applied, and any use
+from Python (an EMA, clamping, ``state_dict()``, a copy) applies it first.
+The model's hooks are the optimizer's alone: ``copy.deepcopy(model)`` and
+pickling give a plain model with the stepped weights (``_HookDict``).
 """
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
 import enum
+import functools
 import json
 import os
 import time
@@ -41,7 +49,7 @@ from torch.overrides import TorchFunctionMode
 import mercury
 from mercury.contract import MAX_LANES, rank_lane
 from mercury.lanemap import bucket_lanes, index_ranks
-from mercury.torch._guard import GuardedGrad, guard
+from mercury.torch._guard import GuardedGrad, guard, pend, unpend
 from mercury.torch.lanes import Lanes, all_true
 from mercury.torch.ps import PARTITION_BYTES, PLACEMENTS, ServerLanes, default_job
 from mercury.torch.sockets import available_congestion_controls, pacing_left_by
@@ -59,6 +67,46 @@ _BUFFER_BROADCAST_BYTES = 256 << 20   # DDP's default for its coalesced buffer b
 # model -> its DistributedOptimizer, so a second one on the same model is refused
 # (kept off the model: an attribute there would stop deepcopy and pickling).
 _attached: "weakref.WeakKeyDictionary[torch.nn.Module, DistributedOptimizer]" = weakref.WeakKeyDictionary()
+
+
+class _HookDict(collections.OrderedDict):
+    """A module's hook table while it holds hooks of mercury.torch's
+    (``ours``, by handle id). A copy of it, by ``copy.deepcopy`` or
+    pickling (which a copy of the model makes), is a plain OrderedDict of
+    the other hooks: the copied model is a plain model, and neither refers
+    to the optimizer nor needs mercury to load."""
+
+    def __init__(self, hooks: "collections.OrderedDict[int, Any]") -> None:
+        super().__init__(hooks)
+        self.ours: Set[int] = set()
+
+    def _others(self) -> List[Tuple[int, Any]]:
+        return [(k, v) for k, v in self.items() if k not in self.ours]
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "collections.OrderedDict[int, Any]":
+        return collections.OrderedDict((k, copy.deepcopy(v, memo)) for k, v in self._others())
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return collections.OrderedDict, (self._others(),)
+
+
+def _hook(module: torch.nn.Module, table: str, register: Callable[[Callable], Any], fn: Callable) -> Any:
+    """Registers ``fn`` with ``register`` (a method of ``module`` that adds
+    to ``module.<table>``), marked as ours in that table."""
+    hooks = getattr(module, table)
+    if not isinstance(hooks, _HookDict):
+        hooks = _HookDict(hooks)
+        setattr(module, table, hooks)
+    handle = register(fn)
+    hooks.ours.add(handle.id)
+    return handle
+
+
+def _unhook(module: torch.nn.Module, table: str) -> None:
+    """``module.<table>`` a plain OrderedDict again (once our hooks are removed)."""
+    hooks = getattr(module, table)
+    if isinstance(hooks, _HookDict):
+        setattr(module, table, collections.OrderedDict(hooks))
 
 
 def _own_parameters(module: torch.nn.Module) -> List[torch.nn.Parameter]:
@@ -173,7 +221,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
             loss_fn(model(x), y).backward()
             opt.clip_grad_norm_(1.0)     # optional; waits for every reduction
             opt.step()                   # returns at once
-        opt.synchronize()                # before reading the parameters outside a forward
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
@@ -286,13 +333,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._sync = True                          # False inside no_sync()
         self._sync_buffers_next = True             # DDP's require_forward_param_sync
         self._handles: List[Any] = []
-        self._handles.append(model.register_forward_pre_hook(self._root_pre_forward))
+        # (No state_dict hooks: a pending parameter applies its own step
+        # when state_dict() or load_state_dict() touches it.)
+        self._handles.append(_hook(model, "_forward_pre_hooks", model.register_forward_pre_hook,
+                                   self._root_pre_forward))
         for m in self._hooked:
-            self._handles.append(m.register_forward_pre_hook(self._pre_forward))
-            self._handles.append(m.register_forward_hook(self._post_forward))
-        self._handles.append(model.register_forward_hook(self._root_post_forward))
-        self._handles.append(model._register_state_dict_hook(self._before_state_dict))
-        self._handles.append(model._register_load_state_dict_pre_hook(self._before_load_state_dict))
+            self._handles.append(_hook(m, "_forward_pre_hooks", m.register_forward_pre_hook, self._pre_forward))
+            self._handles.append(_hook(m, "_forward_hooks", m.register_forward_hook, self._post_forward))
+        self._handles.append(_hook(model, "_forward_hooks", model.register_forward_hook, self._root_post_forward))
         _attached[model] = self
 
     # -- torch.optim.Optimizer's face: the wrapped optimizer's groups and state
@@ -608,6 +656,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
                        if c.state is _State.STEP_DEFERRED and c.settings is b.settings and c.work.is_completed()]
         for c in batch:   # all of them before any p.grad changes: a failed reduction raises here
             self._wait(c)
+        for c in batch:   # the optimizer's own uses of them must not apply the step again
+            for p in c.params:
+                unpend(p)
         after = []
         for c in batch:
             for i, (p, value, g) in enumerate(zip(c.params, self._averaged(c), c.guards)):
@@ -652,12 +703,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 g.clear()
                 g.update(old)
 
-    def _before_state_dict(self, *_: object) -> None:
-        # The model's state_dict shares storage with the parameters: bring them up to date.
-        self.synchronize()
-
-    def _before_load_state_dict(self, *_: object) -> None:
-        self.synchronize()   # or a deferred step would land on the loaded parameters
+    def _settle_parameters(self, b: _Bucket) -> None:
+        """A pending parameter of ``b`` is used: its step is applied now."""
+        if b.state is _State.STEP_DEFERRED:
+            self._finish(b)
+        for p in b.params:   # whatever happened, none stays pending
+            unpend(p)
 
     # -- public -------------------------------------------------------------
 
@@ -705,6 +756,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._finish(b)    # step() twice without a backward: DDP steps twice
             if b.state is _State.REDUCING:
                 b.state, b.settings = _State.STEP_DEFERRED, settings
+                settle = functools.partial(self._settle_parameters, b)
+                for group in b.group_params:
+                    for p in group:
+                        pend(p, settle)
             else:
                 now.append(b)      # its gradients are in place already: step it as DDP would
         if now:
@@ -763,6 +818,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if hasattr(h, "remove"):
                 h.remove()
         self._handles = []
+        for m in [self.model] + list(self._hooked):
+            _unhook(m, "_forward_pre_hooks")
+            _unhook(m, "_forward_hooks")
         if len(self.lanes) > 1:
             self.client.release_lanes()
         self.lanes.close()

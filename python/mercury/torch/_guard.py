@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Iterable, Tuple
 
 import torch
 
-__all__ = ["GuardedGrad", "guard", "pend", "unpend", "is_pending"]
+__all__ = ["GuardedGrad", "guard", "pending_class", "pend", "unpend", "is_pending"]
 
 # Attributes of a pending parameter that do not need its step: its
 # gradient (guarded on its own) and metadata.
@@ -117,9 +117,12 @@ def guard(real: torch.Tensor, settle: Callable[[], None], zero: Callable[[], boo
 
 class _Pending:
     """Mixed in before a parameter's own class while its step is deferred:
-    any use from Python applies the step first (``mercury_settle``)."""
+    any use from Python applies the step first. A pending class
+    (:func:`pending_class`) carries ``mercury_settle`` (applies the step of
+    its parameters and unpends them) and ``mercury_plain`` (their class)."""
 
     mercury_settle: Callable[[], None]
+    mercury_plain: type
 
     @classmethod
     def __torch_function__(cls, func: Callable, types: Tuple[type, ...], args: tuple = (),
@@ -138,7 +141,7 @@ class _Pending:
             return func(*args, **kwargs)
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> Any:
-        self.mercury_settle()   # unpends it: the copy is its class's
+        self.mercury_settle()   # unpends it: the copy is its own class's
         return self.__deepcopy__(memo)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
@@ -146,29 +149,23 @@ class _Pending:
         return self.__reduce_ex__(protocol)
 
 
-_pending_classes: Dict[type, type] = {}
+def pending_class(plain: type, settle: Callable[[], None]) -> type:
+    """The class a parameter of class ``plain`` has while pending, for one
+    set of parameters that ``settle()`` steps (and unpends) together."""
+    return type("Pending" + plain.__name__, (_Pending, plain),
+                {"__module__": __name__, "mercury_settle": staticmethod(settle), "mercury_plain": plain})
 
 
-def pend(p: torch.nn.Parameter, settle: Callable[[], None]) -> None:
-    """Makes ``p`` pending until :func:`unpend`; ``settle()`` must apply its
-    step and unpend it."""
-    if isinstance(p, _Pending):
-        p.mercury_settle = settle
-        return
-    cls = type(p)
-    pending = _pending_classes.get(cls)
-    if pending is None:
-        pending = type("Pending" + cls.__name__, (_Pending, cls), {"__module__": __name__})
-        _pending_classes[cls] = pending
+def pend(p: torch.nn.Parameter, pending: type) -> None:
+    """Makes ``p`` pending (``pending``: its :func:`pending_class`) until :func:`unpend`."""
     p.__class__ = pending
-    p.mercury_settle = settle
 
 
 def unpend(p: torch.nn.Parameter) -> None:
     """``p`` back to its own class."""
-    if isinstance(p, _Pending):
-        p.__class__ = type(p).__mro__[2]
-        del p.mercury_settle
+    cls = type(p)
+    if issubclass(cls, _Pending):
+        p.__class__ = cls.mercury_plain
 
 
 def is_pending(p: torch.Tensor) -> bool:

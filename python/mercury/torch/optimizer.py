@@ -49,7 +49,7 @@ from torch.overrides import TorchFunctionMode
 import mercury
 from mercury.contract import MAX_LANES, rank_lane
 from mercury.lanemap import bucket_lanes, index_ranks
-from mercury.torch._guard import GuardedGrad, guard, pend, unpend
+from mercury.torch._guard import GuardedGrad, guard, pend, pending_class, unpend
 from mercury.torch.lanes import Lanes, all_true
 from mercury.torch.ps import PARTITION_BYTES, PLACEMENTS, ServerLanes, default_job
 from mercury.torch.sockets import available_congestion_controls, pacing_left_by
@@ -150,6 +150,7 @@ class _Bucket:
     settings: Optional[List[Dict[str, Any]]] = None  # param groups' settings at step()
     group_params: List[List[torch.nn.Parameter]] = field(default_factory=list)
     trace: Optional[dict] = None
+    pending: List[Tuple[torch.nn.Parameter, type]] = field(default_factory=list)   # what step() pends, as what
 
 
 class _FirstUse(TorchFunctionMode):
@@ -715,6 +716,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def zero_grad(self, set_to_none: bool = False) -> None:
         """As ``torch.optim.Optimizer.zero_grad``; gradients a deferred step
         still needs are zeroed once it used them."""
+        # Pending parameters' p.grad without __torch_function__'s detour
+        # (it would pass them anyway): this loop touches every parameter.
+        with torch._C.DisableTorchFunction():
+            self._zero_grad(set_to_none)
+
+    def _zero_grad(self, set_to_none: bool) -> None:
         mine = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
         deferred: Set[int] = set()
         for b in self._buckets:
@@ -756,10 +763,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._finish(b)    # step() twice without a backward: DDP steps twice
             if b.state is _State.REDUCING:
                 b.state, b.settings = _State.STEP_DEFERRED, settings
-                settle = functools.partial(self._settle_parameters, b)
-                for group in b.group_params:
-                    for p in group:
-                        pend(p, settle)
+                if not b.pending:   # once: each parameter it steps, and its pending class
+                    classes: Dict[type, type] = {}
+                    for p in (p for group in b.group_params for p in group):
+                        if type(p) not in classes:
+                            classes[type(p)] = pending_class(type(p), functools.partial(self._settle_parameters, b))
+                        b.pending.append((p, classes[type(p)]))
+                for p, pending in b.pending:
+                    pend(p, pending)
             else:
                 now.append(b)      # its gradients are in place already: step it as DDP would
         if now:

@@ -490,11 +490,16 @@ def check_memory_bounds(binary: str, tmp: str, rss: bool) -> None:
 
 
 def check_descriptors(binary: str, tmp: str) -> None:
-    low = Server(binary, 7314, tmp, limits=(1024, 1024))
+    low = Server(binary, 7314, tmp, "--max-connections", "4096", limits=(1024, 1024))
     low.proc.wait(timeout=20)
     text = low.text().strip()
     report("too-few-descriptors-refuses-to-start", low.proc.returncode != 0 and "needs 4224 descriptors" in text,
            text[-200:])
+    fitted = Server(binary, 7318, tmp, limits=(1024, 4096))   # Linux's default hard limit
+    line = [ln for ln in fitted.text().splitlines() if "msg=serving" in ln]
+    report("default-fits-the-limit", fitted.alive() and bool(line) and "max_connections=3968" in line[0],
+           (line or [fitted.text()[-200:]])[0])
+    fitted.stop()
     raised = Server(binary, 7315, tmp, limits=(1024, 20000))
     with open(f"/proc/{raised.proc.pid}/limits") as f:
         soft = next(int(ln.split()[3]) for ln in f if ln.startswith("Max open files"))

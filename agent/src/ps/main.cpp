@@ -31,9 +31,11 @@ at least 32 bytes of at least 10 different values (a weak one could be
 guessed offline from one recorded handshake). Generate one with
   head -c 32 /dev/urandom | base64 > /etc/mercury/ps-JOB.secret
 
-Descriptors: each connection takes one; the server raises its soft limit
-to the hard one and refuses to start if that cannot cover
---max-connections.
+Descriptors: each connection takes one, and 128 more are kept for the
+rest. The server raises its soft limit as far as the hard one allows. By
+default --max-connections is 4096 or what the hard limit covers, whichever
+is less (logged); one given explicitly that the limit cannot cover stops
+the server with the reason.
 
 The server serves one job at a time, any number of runs in turn. A worker
 that vanishes without saying bye, or a chunk that waits --timeout-ms for a
@@ -43,7 +45,7 @@ struct Options {
     std::string listen, job, secret_file, cc = "mercury", aggregation = "chunk", log_level = "info";
     std::string agent_socket, metrics;
     bool no_agent = false;
-    uint32_t chunk_bytes = 65536, max_workers = 256, max_connections = 4096;
+    uint32_t chunk_bytes = 65536, max_workers = 256, max_connections = 0;   // 0: as the limit allows
     uint64_t max_model_mb = 4096, timeout_ms = 60000, handshake_timeout_ms = 3000;
 };
 
@@ -72,24 +74,37 @@ boost::asio::ip::tcp::endpoint parse_endpoint(const std::string& text)
     return {address, static_cast<unsigned short>(port)};
 }
 
-// Each connection takes a descriptor; the listener, the log, the agent and
-// the metrics a few more (at most 64 metrics connections).
-void raise_descriptor_limit(uint32_t max_connections)
+constexpr uint32_t kDefaultMaxConnections = 4096;   // 256 workers x 8 lanes per server, with room
+constexpr rlim_t kOtherDescriptors = 128;            // the listener, the log, the agent, 64 metrics connections
+
+// Raises the soft descriptor limit for @max_connections (0: the default,
+// lowered to what the hard limit covers); the connections it covers.
+// Throws std::runtime_error if an explicit @max_connections cannot be.
+uint32_t raise_descriptor_limit(uint32_t max_connections)
 {
-    const rlim_t need = rlim_t{max_connections} + 128;
     struct rlimit limit{};
     if (::getrlimit(RLIMIT_NOFILE, &limit) != 0)
         throw std::runtime_error(std::string("getrlimit: ") + std::strerror(errno));
+    uint32_t want = max_connections;
+    if (!want) {
+        const rlim_t room = limit.rlim_max > kOtherDescriptors ? limit.rlim_max - kOtherDescriptors : 0;
+        want = static_cast<uint32_t>(std::min<rlim_t>(kDefaultMaxConnections, room));
+        if (want < 64)
+            throw std::runtime_error("the descriptor limit (" + std::to_string(limit.rlim_max) +
+                                     ") leaves room for " + std::to_string(want) +
+                                     " connections: raise LimitNOFILE or `ulimit -Hn`");
+    }
+    const rlim_t need = rlim_t{want} + kOtherDescriptors;
     if (limit.rlim_cur < need && limit.rlim_cur < limit.rlim_max) {
         limit.rlim_cur = std::min(need, limit.rlim_max);
         if (::setrlimit(RLIMIT_NOFILE, &limit) != 0)
             throw std::runtime_error(std::string("setrlimit: ") + std::strerror(errno));
     }
     if (limit.rlim_cur < need)
-        throw std::runtime_error("--max-connections " + std::to_string(max_connections) + " needs " +
-                                 std::to_string(need) + " descriptors; the hard limit is " +
-                                 std::to_string(limit.rlim_max) +
+        throw std::runtime_error("--max-connections " + std::to_string(want) + " needs " + std::to_string(need) +
+                                 " descriptors; the hard limit is " + std::to_string(limit.rlim_max) +
                                  " (raise LimitNOFILE or `ulimit -Hn`, or lower --max-connections)");
+    return want;
 }
 
 std::string read_secret(const std::string& file, const mercury::Logger& log)
@@ -138,8 +153,9 @@ int main(int argc, char** argv)
         ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))->capture_default_str();
     app.add_option("--max-workers", o.max_workers, "most workers a job may declare")
         ->check(CLI::Range(1u, 65536u))->capture_default_str();
-    app.add_option("--max-connections", o.max_connections, "connections at once, more are refused")
-        ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+    app.add_option("--max-connections", o.max_connections,
+                   "connections at once, more are refused (default: 4096, or what the descriptor limit covers)")
+        ->check(CLI::Range(1u, 1u << 20));
     app.add_option("--agent-socket", o.agent_socket, "mercuryd's socket (default: $MERCURY_SOCKET, else libmercury's)");
     app.add_flag("--no-agent", o.no_agent, "do not rank connections through mercuryd");
     app.add_option("--log-level", o.log_level, "debug, info, warn or error")->capture_default_str();
@@ -169,8 +185,7 @@ int main(int argc, char** argv)
         options.handshake_timeout = std::chrono::milliseconds(o.handshake_timeout_ms);
         options.max_model_bytes = o.max_model_mb << 20;
         options.max_workers = o.max_workers;
-        options.max_connections = o.max_connections;
-        raise_descriptor_limit(o.max_connections);
+        options.max_connections = raise_descriptor_limit(o.max_connections);
         options.use_agent = !o.no_agent;
         options.agent_socket = o.agent_socket;
 
@@ -183,7 +198,11 @@ int main(int argc, char** argv)
         server.set_observer(metrics.get());
         const auto at = parse_endpoint(o.listen);
         server.listen(at);
-        log.info("serving", {{"job", o.job}, {"listen", o.listen}, {"cc", o.cc}, {"aggregation", o.aggregation}});
+        log.info("serving", {{"job", o.job},
+                             {"listen", o.listen},
+                             {"cc", o.cc},
+                             {"aggregation", o.aggregation},
+                             {"max_connections", std::to_string(options.max_connections)}});
         boost::asio::signal_set signals(io, SIGTERM, SIGINT);
         signals.async_wait([&](const boost::system::error_code& ec, int) {
             if (ec)

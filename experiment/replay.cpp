@@ -7,6 +7,7 @@
 //   mercury-replay worker --id W --servers IP:PORT,... COMMON [--iterations K] [--warmup N]
 //                         [--secret-file FILE]   (else $MERCURY_PS_SECRET)
 //                         --run N   the run's id: every worker of one run the same, a new one per run
+//                         [--payload-tags on|off]   off: accept servers run with --payload-tags off
 //   mercury-replay ps-args COMMON   (the mercury-ps options that serve the mode:
 //                         --job, --cc, --aggregation, --chunk-bytes, --no-agent)
 //   mercury-replay sim    --rate-mbit R COMMON [--sim-ranks layer|agent]
@@ -117,6 +118,7 @@ struct Options {
     std::string job;                         // the job name the agents see; empty: the model's
     std::string secret_file;                 // the servers' secret; empty: $MERCURY_PS_SECRET
     uint64_t run = 0;                        // the run's id (mercury-ps refuses a worker of another run)
+    bool payload_tags = true;                // --payload-tags off: accept a server that runs so
     uint32_t id = 0, workers = 1, servers = 1, iterations = 10, warmup = 2;
     double byte_divisor = 1, rate_mbit = 100;
     uint64_t partition_bytes = 4 * kChunk;   // bytescheduler, after scaling
@@ -317,8 +319,8 @@ void send_all(int fd, const void* p, size_t n)
 // Non-blocking: a blocking write here deadlocks (both ends writing, none reading).
 class Conn {
 public:
-    Conn(int fd, uint32_t server, ps::FrameMac up, ps::FrameMac down)
-        : fd_(fd), server_(server), up_(std::move(up)), down_(std::move(down))
+    Conn(int fd, uint32_t server, ps::FrameMac up, ps::FrameMac down, bool tag_payloads)
+        : fd_(fd), server_(server), up_(std::move(up)), down_(std::move(down)), tag_payloads_(tag_payloads)
     {
         ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     }
@@ -335,7 +337,8 @@ public:
         o.header.count = count;
         o.header.iteration = iteration;
         o.payload = type == ps::Type::kPush ? count * sizeof(float) : 0;
-        o.tag = up_.next({reinterpret_cast<const uint8_t*>(&o.header), sizeof(o.header)}, {zeros(), o.payload});
+        o.tag = up_.next({reinterpret_cast<const uint8_t*>(&o.header), sizeof(o.header)},
+                         {zeros(), tag_payloads_ ? o.payload : 0});
         out_.push_back(o);
     }
 
@@ -404,15 +407,21 @@ public:
             }
             const size_t frame = sizeof(in_) + payload_.size() + ps::kTagBytes;
             const size_t take = std::min<size_t>(frame - have_, static_cast<size_t>(n - i));
-            for (size_t j = 0; j < take; ++j, ++have_) {
+            for (size_t done = 0; done < take;) {   // into the payload, then the tag
                 const size_t at = have_ - sizeof(in_);
-                (at < payload_.size() ? payload_[at] : tag_[at - payload_.size()]) = static_cast<uint8_t>(buf[i + j]);
+                uint8_t* into = at < payload_.size() ? payload_.data() + at : tag_.data() + (at - payload_.size());
+                const size_t room = at < payload_.size() ? payload_.size() - at : frame - have_;
+                const size_t step = std::min(room, take - done);
+                std::memcpy(into, buf + i + done, step);
+                done += step;
+                have_ += step;
             }
             i += static_cast<ssize_t>(take);
             if (have_ < frame)
                 continue;
             have_ = 0;
-            if (!ps::same_mac(down_.next({reinterpret_cast<const uint8_t*>(&in_), sizeof(in_)}, payload_), tag_))
+            const std::span<const uint8_t> tagged(payload_.data(), tag_payloads_ ? payload_.size() : 0);
+            if (!ps::same_mac(down_.next({reinterpret_cast<const uint8_t*>(&in_), sizeof(in_)}, tagged), tag_))
                 throw std::runtime_error("server " + std::to_string(server_) + ": a message failed authentication");
             if (in_.type == ps::Type::kError)
                 throw std::runtime_error("server " + std::to_string(server_) + ": " +
@@ -441,6 +450,7 @@ private:
     mercury::UniqueFd fd_;
     uint32_t server_;
     ps::FrameMac up_, down_;
+    bool tag_payloads_;   // false: the server runs --payload-tags off (ps::kUntaggedPayloads)
     std::deque<Out> out_;
     ps::Header in_{};
     size_t have_ = 0;
@@ -597,6 +607,11 @@ std::unique_ptr<Conn> connect_ps(const Options& o, const Plan& plan, const std::
     read_exact(fd.get(), &challenge, sizeof(challenge), "the handshake");
     if (challenge.magic != ps::kMagic || challenge.version != ps::kVersion)
         throw std::runtime_error(ep.to_string() + " is not a mercury-ps version " + std::to_string(ps::kVersion));
+    const bool tag_payloads = !(challenge.flags & ps::kUntaggedPayloads);
+    if (tag_payloads != o.payload_tags)
+        throw std::runtime_error(ep.to_string() + (tag_payloads ? " tags payloads; the replayer was told --payload-tags off"
+                                                                : " runs --payload-tags off; pass --payload-tags off to "
+                                                                  "accept it (a trusted testbed only)"));
     if (challenge.chunk_elems != kChunkElems)
         throw std::runtime_error(ep.to_string() + " takes chunks of " + std::to_string(challenge.chunk_elems) +
                                  " elements; the replayer pushes " + std::to_string(kChunkElems) +
@@ -613,6 +628,7 @@ std::unique_ptr<Conn> connect_ps(const Options& o, const Plan& plan, const std::
     hello.key_count = static_cast<uint32_t>(ids.size());
     hello.run = run;
     hello.instance = instance;
+    hello.flags = challenge.flags;
     if (RAND_bytes(hello.nonce, sizeof(hello.nonce)) != 1)
         throw std::runtime_error("no random bytes for the handshake");
     const auto mac = ps::hello_mac(secret, challenge.nonce, hello, plan.job);
@@ -641,13 +657,13 @@ std::unique_ptr<Conn> connect_ps(const Options& o, const Plan& plan, const std::
     read_exact(fd.get(), tag.data(), tag.size(), "the handshake");
     const bool proven = ps::same_mac(
         down.next({reinterpret_cast<const uint8_t*>(&reply), sizeof(reply)},
-                  {reinterpret_cast<const uint8_t*>(text.data()), text.size()}),
+                  {reinterpret_cast<const uint8_t*>(text.data()), tag_payloads ? text.size() : 0}),
         tag);
     if (reply.type == ps::Type::kError)
         throw std::runtime_error(ep.to_string() + " refused" + (proven ? "" : " (unauthenticated)") + ": " + text);
     if (!proven)
         throw std::runtime_error(ep.to_string() + " did not prove it holds the job's secret");
-    auto conn = std::make_unique<Conn>(fd.release(), server, std::move(up), std::move(down));
+    auto conn = std::make_unique<Conn>(fd.release(), server, std::move(up), std::move(down), tag_payloads);
     if (plan.mode.partitioned)
         conn->queue(ps::Type::kAckPushes);
     return conn;
@@ -1044,6 +1060,11 @@ Options parse(int argc, char** argv)
         else if (a == "--job") o.job = v;
         else if (a == "--secret-file") o.secret_file = v;
         else if (a == "--run") o.run = std::stoull(v);
+        else if (a == "--payload-tags") {
+            if (v != "on" && v != "off")
+                throw std::runtime_error("--payload-tags is on or off, not '" + v + "'");
+            o.payload_tags = v == "on";
+        }
         else throw std::runtime_error("unknown option " + a);
     }
     if (o.role == "layers") {

@@ -38,6 +38,7 @@ MAX_ERROR_TEXT = 4096       # ps::kMaxErrorText
 MIN_SECRET_BYTES = 32       # ps::kMinSecretBytes
 MIN_SECRET_DISTINCT = 10    # ps::kMinSecretDistinct
 PUSH, BYE, ACK_PUSHES, READY, PULL, ERROR, ACK = 1, 2, 3, 16, 17, 18, 19   # ps::Type
+UNTAGGED_PAYLOADS = 1       # ps::kUntaggedPayloads: a Challenge flag this worker never accepts
 
 CHALLENGE = struct.Struct("<IHHI32s")            # ps::Challenge
 HELLO = struct.Struct("<IHHIIIIIIQQ32s")         # ps::Hello up to its mac
@@ -243,12 +244,15 @@ class Connection:
                 time.sleep(0.05)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            magic, version, _, self.chunk_elems, nonce = CHALLENGE.unpack(challenge)
+            magic, version, flags, self.chunk_elems, nonce = CHALLENGE.unpack(challenge)
             if magic != MAGIC:
                 raise PsError(f"{address} is not a mercury-ps server")
             if version != VERSION:
                 raise PsError(f"parameter server {address} speaks mercury-ps version {version}, this worker "
                               f"version {VERSION}: upgrade both to the same release")
+            if flags & UNTAGGED_PAYLOADS:
+                raise PsError(f"parameter server {address} runs with --payload-tags off (gradients could be altered "
+                              "in flight unnoticed): a trusted testbed's setting, refused")
             if not 0 < self.chunk_elems <= 1 << 20:
                 raise PsError(f"parameter server {address}: chunks of {self.chunk_elems} elements")
             mine = os.urandom(NONCE_BYTES)

@@ -92,6 +92,7 @@ int main() {
                 int(Type::kBye), int(Type::kAckPushes), int(Type::kReady), int(Type::kPull), int(Type::kError),
                 int(Type::kAck));
     std::printf("CHALLENGE %zu\nHELLO %zu\nHEADER %zu\n", sizeof(Challenge), offsetof(Hello, mac), sizeof(Header));
+    std::printf("UNTAGGED_PAYLOADS %u\n", unsigned(kUntaggedPayloads));
     std::printf("TAG_BYTES %zu\nMAX_ERROR_TEXT %zu\nMIN_SECRET_BYTES %zu\nMIN_SECRET_DISTINCT %zu\nHELLO_PREFIX %zu\n",
                 kTagBytes, kMaxErrorText, kMinSecretBytes, kMinSecretDistinct, kHelloPrefix);
 }
@@ -107,7 +108,7 @@ def test_ps_wire_matches_c(tmp_path) -> None:
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     for name in ("MAGIC", "VERSION", "NONCE_BYTES", "MAC_BYTES", "MAX_JOB_NAME", "MAX_LANES", "MAX_KEYS",
                  "PUSH", "BYE", "ACK_PUSHES", "READY", "PULL", "ERROR", "ACK", "TAG_BYTES", "MAX_ERROR_TEXT",
-                 "MIN_SECRET_BYTES", "MIN_SECRET_DISTINCT", "HELLO_PREFIX"):
+                 "MIN_SECRET_BYTES", "MIN_SECRET_DISTINCT", "HELLO_PREFIX", "UNTAGGED_PAYLOADS"):
         assert getattr(ps, name) == value(out, name), name
     assert ps.CHALLENGE.size == value(out, "CHALLENGE")
     assert ps.HELLO.size == value(out, "HELLO")

@@ -45,6 +45,7 @@ struct Options {
     std::string listen, job, secret_file, cc = "mercury", aggregation = "chunk", log_level = "info";
     std::string agent_socket, metrics;
     bool no_agent = false;
+    std::string payload_tags = "on";
     uint32_t chunk_bytes = 65536, max_workers = 256, max_connections = 0;   // 0: as the limit allows
     uint64_t max_model_mb = 4096, timeout_ms = 60000, handshake_timeout_ms = 3000;
 };
@@ -158,6 +159,10 @@ int main(int argc, char** argv)
         ->check(CLI::Range(1u, 1u << 20));
     app.add_option("--agent-socket", o.agent_socket, "mercuryd's socket (default: $MERCURY_SOCKET, else libmercury's)");
     app.add_flag("--no-agent", o.no_agent, "do not rank connections through mercuryd");
+    app.add_option("--payload-tags", o.payload_tags,
+                   "off: frames' tags cover their headers only, so gradients could be altered in flight; for a "
+                   "trusted emulated testbed whose CPU cannot afford HMAC over every byte (workers must accept it)")
+        ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
     app.add_option("--log-level", o.log_level, "debug, info, warn or error")->capture_default_str();
     app.add_option("--metrics", o.metrics, "serve Prometheus metrics at http://ADDR:PORT/metrics (default: off)");
     CLI11_PARSE(app, argc, argv);
@@ -187,6 +192,7 @@ int main(int argc, char** argv)
         options.max_workers = o.max_workers;
         options.max_connections = raise_descriptor_limit(o.max_connections);
         options.use_agent = !o.no_agent;
+        options.payload_tags = o.payload_tags == "on";
         options.agent_socket = o.agent_socket;
 
         boost::asio::io_context io;
@@ -202,6 +208,7 @@ int main(int argc, char** argv)
                              {"listen", o.listen},
                              {"cc", o.cc},
                              {"aggregation", o.aggregation},
+                             {"payload_tags", o.payload_tags},
                              {"max_connections", std::to_string(options.max_connections)}});
         boost::asio::signal_set signals(io, SIGTERM, SIGINT);
         signals.async_wait([&](const boost::system::error_code& ec, int) {

@@ -78,6 +78,7 @@ public:
         }
         challenge_.magic = kMagic;
         challenge_.version = kVersion;
+        challenge_.flags = server_.options_.payload_tags ? 0 : kUntaggedPayloads;
         challenge_.chunk_elems = server_.options_.chunk_elems;
         timer_.expires_after(server_.options_.handshake_timeout);
         timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
@@ -185,6 +186,12 @@ private:
         Tag tag{};
     };
 
+    // What of a frame's payload its tag covers.
+    std::span<const uint8_t> tagged(std::span<const uint8_t> payload) const
+    {
+        return challenge_.flags & kUntaggedPayloads ? std::span<const uint8_t>() : payload;
+    }
+
     bool acting() const { return !closing_ && !closed_ && (!admitted_ || (job_ && !job_->ended)); }
 
     void end_handshake()
@@ -259,6 +266,10 @@ private:
         if (!same_mac(want, hello_.mac))
             return fail("authentication failed: wrong secret for job '" + o.job + "'");
         up_.emplace(o.secret, challenge_.nonce, hello_.nonce, FrameMac::Direction::kToServer);
+        if (hello_.flags != challenge_.flags)
+            return fail(o.payload_tags ? "the worker asked for frames without payload tags; this server tags them"
+                                       : "this server runs with --payload-tags off (a trusted testbed's); the worker "
+                                         "did not accept it");
         if (!hello_.workers || hello_.workers > o.max_workers)
             return fail(std::to_string(hello_.workers) + " workers (1.." + std::to_string(o.max_workers) + ")");
         if (hello_.worker >= hello_.workers)
@@ -339,7 +350,7 @@ private:
     {
         const auto* payload = reinterpret_cast<const uint8_t*>(payload_.data());
         const auto tag = up_->next({reinterpret_cast<const uint8_t*>(&in_), sizeof(in_)},
-                                   {payload, payload_.size() * sizeof(float)});
+                                   tagged({payload, payload_.size() * sizeof(float)}));
         if (!same_mac(tag, in_tag_))
             return fail("a message failed authentication (frame " + std::to_string(up_->frames() - 1) + ")");
         if (in_.type == Type::kBye) {
@@ -398,7 +409,7 @@ private:
         if (!down_)
             down_.emplace(server_.options_.secret, challenge_.nonce, std::array<uint8_t, kNonceBytes>{},
                           FrameMac::Direction::kToWorker);
-        o.tag = down_->next({reinterpret_cast<const uint8_t*>(&o.header), sizeof(o.header)}, payload);
+        o.tag = down_->next({reinterpret_cast<const uint8_t*>(&o.header), sizeof(o.header)}, tagged(payload));
         constexpr size_t kV1Header = 16;
         const std::array<asio::const_buffer, 3> buffers{
             asio::buffer(&o.header, v1_peer_ ? kV1Header : sizeof(o.header)),

@@ -44,6 +44,7 @@ struct ServerOptions {
     bool use_agent = true;               // rank connections through the local mercuryd
     std::string agent_socket;            // empty: libmercury's default ($MERCURY_SOCKET)
     Admission::Limits admission;         // before authentication
+    bool payload_tags = true;            // false: frames' tags cover headers only (kUntaggedPayloads)
 };
 
 // What the server reports as it happens (metrics.hpp counts it); every

@@ -61,12 +61,31 @@ std::array<uint8_t, kMacBytes> hello_mac(std::string_view secret, Nonce challeng
                                           std::span<const uint8_t>(fields, offsetof(Hello, mac)), bytes_of(job)});
 }
 
+struct FrameMac::Keyed {
+    struct CtxFree {
+        void operator()(EVP_MAC_CTX* c) const { EVP_MAC_CTX_free(c); }
+    };
+    std::unique_ptr<EVP_MAC_CTX, CtxFree> ctx;
+};
+
 FrameMac::FrameMac(std::string_view secret, Nonce challenge, Nonce worker, Direction direction)
+    : keyed_(std::make_unique<Keyed>())
 {
     const std::string_view label =
         direction == Direction::kToServer ? "mercury-ps frames to server" : "mercury-ps frames to worker";
-    key_ = hmac_sha256(bytes_of(secret), {bytes_of(label), challenge, worker});
+    const auto key = hmac_sha256(bytes_of(secret), {bytes_of(label), challenge, worker});
+    EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+    keyed_->ctx.reset(mac ? EVP_MAC_CTX_new(mac) : nullptr);
+    EVP_MAC_free(mac);   // the context holds its own reference
+    char digest[] = "SHA256";
+    const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
+    if (!keyed_->ctx || EVP_MAC_init(keyed_->ctx.get(), key.data(), key.size(), params) != 1)
+        throw std::runtime_error("HMAC-SHA256 failed");
 }
+
+FrameMac::~FrameMac() = default;
+FrameMac::FrameMac(FrameMac&& other) noexcept = default;
+FrameMac& FrameMac::operator=(FrameMac&& other) noexcept = default;
 
 Tag FrameMac::next(std::span<const uint8_t> header, std::span<const uint8_t> payload)
 {
@@ -74,7 +93,14 @@ Tag FrameMac::next(std::span<const uint8_t> header, std::span<const uint8_t> pay
     for (int i = 0; i < 8; ++i)
         seq[i] = static_cast<uint8_t>(seq_ >> (8 * i));
     ++seq_;
-    const auto full = hmac_sha256(key_, {std::span<const uint8_t>(seq), header, payload});
+    const std::unique_ptr<EVP_MAC_CTX, Keyed::CtxFree> ctx(EVP_MAC_CTX_dup(keyed_->ctx.get()));
+    std::array<uint8_t, kMacBytes> full{};
+    size_t len = 0;
+    if (!ctx || EVP_MAC_update(ctx.get(), seq, sizeof(seq)) != 1 ||
+        EVP_MAC_update(ctx.get(), header.data(), header.size()) != 1 ||
+        EVP_MAC_update(ctx.get(), payload.data(), payload.size()) != 1 ||
+        EVP_MAC_final(ctx.get(), full.data(), &len, full.size()) != 1 || len != full.size())
+        throw std::runtime_error("HMAC-SHA256 failed");
     Tag tag{};
     std::copy_n(full.begin(), tag.size(), tag.begin());
     return tag;

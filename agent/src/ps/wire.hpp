@@ -8,6 +8,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -31,11 +32,17 @@ constexpr size_t kMaxErrorText = 4096;    // bytes of an Error's text, at most
 constexpr size_t kMinSecretBytes = 32;
 constexpr size_t kMinSecretDistinct = 10;
 
+// Challenge flags.
+// kUntaggedPayloads: frames' tags cover their headers, not their payloads
+// (mercury-ps --payload-tags off, for a trusted emulated testbed whose CPU
+// cannot afford HMAC over every byte). A worker accepts it only when told.
+constexpr uint16_t kUntaggedPayloads = 1;
+
 // Server -> worker, as soon as it connects.
 struct Challenge {
     uint32_t magic;
     uint16_t version;
-    uint16_t reserved;
+    uint16_t flags;
     uint32_t chunk_elems;   // a push or pull carries at most this many float32s, chunk-aligned
     uint8_t nonce[kNonceBytes];
 };
@@ -53,7 +60,7 @@ struct Hello {
     uint32_t lane;
     uint32_t lanes;
     uint32_t key_count;
-    uint32_t reserved;
+    uint32_t flags;      // the Challenge's flags, as the worker accepted them (under the mac)
     uint64_t run;        // the run: every worker of one run sends the same (rank 0 draws it)
     uint64_t instance;   // this worker process: its lanes send the same, another process another
     uint8_t nonce[kNonceBytes];   // the worker's: the frame keys depend on both ends'
@@ -100,12 +107,19 @@ class FrameMac {
 public:
     enum class Direction { kToServer, kToWorker };
     FrameMac(std::string_view secret, Nonce challenge, Nonce worker, Direction direction);
+    ~FrameMac();
+    FrameMac(FrameMac&& other) noexcept;
+    FrameMac& operator=(FrameMac&& other) noexcept;
+    FrameMac(const FrameMac&) = delete;
+    FrameMac& operator=(const FrameMac&) = delete;
     // The next frame's tag over @header then @payload.
     Tag next(std::span<const uint8_t> header, std::span<const uint8_t> payload = {});
     uint64_t frames() const { return seq_; }
 
 private:
-    std::array<uint8_t, kMacBytes> key_{};
+    // HMAC keyed once (OpenSSL's EVP_MAC_CTX); each frame a copy of it.
+    struct Keyed;
+    std::unique_ptr<Keyed> keyed_;
     uint64_t seq_ = 0;
 };
 

@@ -413,6 +413,15 @@ def check_idle_handshake(server: pslib.Server) -> None:
            f"closed after {took:.1f} s: {text!r}")
 
 
+def check_untagged_payloads(binary: str, tmp: str) -> None:
+    """A server run with --payload-tags off (a trusted testbed's setting) is
+    refused by a worker, which never accepts it."""
+    untagged = Server(binary, 7319, tmp, "--payload-tags", "off")
+    why = refusal(lambda: connect(untagged, 0, 1, [8], new_id()))
+    report("worker-refuses-untagged-payloads", "--payload-tags off" in why and untagged.alive(), repr(why))
+    untagged.stop()
+
+
 def check_versions(server: pslib.Server) -> None:
     s = socket.create_connection(("127.0.0.1", server.port))
     s.settimeout(5)
@@ -716,6 +725,8 @@ def main() -> int:
             check_memory_bounds(args.binary, tmp, args.rss)
         if "descriptors" in only:
             check_descriptors(args.binary, tmp)
+        if "impostors" in only:
+            check_untagged_payloads(args.binary, tmp)
         if "server" not in only:
             return 1 if report.failed else 0
         server = Server(args.binary, 7310, tmp, "--chunk-bytes", "4096", "--handshake-timeout-ms", "1000",

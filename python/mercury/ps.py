@@ -206,7 +206,6 @@ class Connection:
         if why:
             raise PsError(why)
         self.address = address
-        self.key_elems = list(key_elems)
         host, port = parse_address(address)
         deadline = time.monotonic() + timeout
         while True:   # the server may still be starting

@@ -9,41 +9,55 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
-#include <initializer_list>
-#include <memory>
-#include <utility>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
-#include <vector>
+#include <utility>
 
 namespace mercury::ps {
 
 namespace {
 
-// HMAC-SHA256 over @parts, in order (OpenSSL 3's EVP_MAC).
-std::array<uint8_t, kMacBytes> hmac_sha256(std::span<const uint8_t> key,
-                                           std::initializer_list<std::span<const uint8_t>> parts)
+struct MacCtxFree {
+    void operator()(EVP_MAC_CTX* c) const { EVP_MAC_CTX_free(c); }
+};
+using MacCtx = std::unique_ptr<EVP_MAC_CTX, MacCtxFree>;
+
+// An HMAC-SHA256 context keyed with @key (OpenSSL 3's EVP_MAC).
+MacCtx keyed_hmac(std::span<const uint8_t> key)
 {
     struct MacFree {
         void operator()(EVP_MAC* m) const { EVP_MAC_free(m); }
     };
-    struct CtxFree {
-        void operator()(EVP_MAC_CTX* c) const { EVP_MAC_CTX_free(c); }
-    };
     static const std::unique_ptr<EVP_MAC, MacFree> mac(EVP_MAC_fetch(nullptr, "HMAC", nullptr));
-    std::unique_ptr<EVP_MAC_CTX, CtxFree> ctx(mac ? EVP_MAC_CTX_new(mac.get()) : nullptr);
+    MacCtx ctx(mac ? EVP_MAC_CTX_new(mac.get()) : nullptr);
     char digest[] = "SHA256";
     const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
+    if (!ctx || EVP_MAC_init(ctx.get(), key.data(), key.size(), params) != 1)
+        throw std::runtime_error("HMAC-SHA256 failed");
+    return ctx;
+}
+
+// @ctx's MAC over @parts, in order; @ctx is used up.
+std::array<uint8_t, kMacBytes> mac_of(EVP_MAC_CTX* ctx, std::initializer_list<std::span<const uint8_t>> parts)
+{
     std::array<uint8_t, kMacBytes> out{};
     size_t len = 0;
-    bool ok = ctx && EVP_MAC_init(ctx.get(), key.data(), key.size(), params) == 1;
+    bool ok = ctx != nullptr;
     for (const auto& part : parts)
-        ok = ok && EVP_MAC_update(ctx.get(), part.data(), part.size()) == 1;
-    if (!ok || EVP_MAC_final(ctx.get(), out.data(), &len, out.size()) != 1 || len != out.size())
+        ok = ok && EVP_MAC_update(ctx, part.data(), part.size()) == 1;
+    if (!ok || EVP_MAC_final(ctx, out.data(), &len, out.size()) != 1 || len != out.size())
         throw std::runtime_error("HMAC-SHA256 failed");
     return out;
+}
+
+std::array<uint8_t, kMacBytes> hmac_sha256(std::span<const uint8_t> key,
+                                           std::initializer_list<std::span<const uint8_t>> parts)
+{
+    return mac_of(keyed_hmac(key).get(), parts);
 }
 
 std::span<const uint8_t> bytes_of(std::string_view s)
@@ -62,25 +76,15 @@ std::array<uint8_t, kMacBytes> hello_mac(std::string_view secret, Nonce challeng
 }
 
 struct FrameMac::Keyed {
-    struct CtxFree {
-        void operator()(EVP_MAC_CTX* c) const { EVP_MAC_CTX_free(c); }
-    };
-    std::unique_ptr<EVP_MAC_CTX, CtxFree> ctx;
+    MacCtx ctx;
 };
 
 FrameMac::FrameMac(std::string_view secret, Nonce challenge, Nonce worker, Direction direction)
-    : keyed_(std::make_unique<Keyed>())
 {
     const std::string_view label =
         direction == Direction::kToServer ? "mercury-ps frames to server" : "mercury-ps frames to worker";
     const auto key = hmac_sha256(bytes_of(secret), {bytes_of(label), challenge, worker});
-    EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-    keyed_->ctx.reset(mac ? EVP_MAC_CTX_new(mac) : nullptr);
-    EVP_MAC_free(mac);   // the context holds its own reference
-    char digest[] = "SHA256";
-    const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
-    if (!keyed_->ctx || EVP_MAC_init(keyed_->ctx.get(), key.data(), key.size(), params) != 1)
-        throw std::runtime_error("HMAC-SHA256 failed");
+    keyed_ = std::make_unique<Keyed>(Keyed{keyed_hmac(key)});
 }
 
 FrameMac::~FrameMac() = default;
@@ -93,14 +97,8 @@ Tag FrameMac::next(std::span<const uint8_t> header, std::span<const uint8_t> pay
     for (int i = 0; i < 8; ++i)
         seq[i] = static_cast<uint8_t>(seq_ >> (8 * i));
     ++seq_;
-    const std::unique_ptr<EVP_MAC_CTX, Keyed::CtxFree> ctx(EVP_MAC_CTX_dup(keyed_->ctx.get()));
-    std::array<uint8_t, kMacBytes> full{};
-    size_t len = 0;
-    if (!ctx || EVP_MAC_update(ctx.get(), seq, sizeof(seq)) != 1 ||
-        EVP_MAC_update(ctx.get(), header.data(), header.size()) != 1 ||
-        EVP_MAC_update(ctx.get(), payload.data(), payload.size()) != 1 ||
-        EVP_MAC_final(ctx.get(), full.data(), &len, full.size()) != 1 || len != full.size())
-        throw std::runtime_error("HMAC-SHA256 failed");
+    const MacCtx ctx(EVP_MAC_CTX_dup(keyed_->ctx.get()));
+    const auto full = mac_of(ctx.get(), {std::span<const uint8_t>(seq), header, payload});
     Tag tag{};
     std::copy_n(full.begin(), tag.size(), tag.begin());
     return tag;

@@ -50,19 +50,19 @@ struct Options {
     uint64_t max_model_mb = 4096, timeout_ms = 60000, handshake_timeout_ms = 3000;
 };
 
-// "IP:PORT" or "[IPv6]:PORT".
-boost::asio::ip::tcp::endpoint parse_endpoint(const std::string& text)
+// @option's "IP:PORT" or "[IPv6]:PORT".
+boost::asio::ip::tcp::endpoint parse_endpoint(const std::string& option, const std::string& text)
 {
     const auto colon = text.rfind(':');
     if (colon == std::string::npos)
-        throw std::runtime_error("--listen wants ADDRESS:PORT, not '" + text + "'");
+        throw std::runtime_error(option + " wants ADDRESS:PORT, not '" + text + "'");
     std::string host = text.substr(0, colon);
     if (host.size() > 1 && host.front() == '[' && host.back() == ']')
         host = host.substr(1, host.size() - 2);
     boost::system::error_code ec;
     const auto address = boost::asio::ip::make_address(host, ec);
     if (ec)
-        throw std::runtime_error("--listen: '" + host + "' is not an IP address");
+        throw std::runtime_error(option + ": '" + host + "' is not an IP address");
     unsigned long port = 0;
     try {
         size_t used = 0;
@@ -70,7 +70,7 @@ boost::asio::ip::tcp::endpoint parse_endpoint(const std::string& text)
         if (used != text.size() - colon - 1 || port > 65535)
             throw std::out_of_range("port");
     } catch (const std::exception&) {
-        throw std::runtime_error("--listen: bad port in '" + text + "'");
+        throw std::runtime_error(option + ": bad port in '" + text + "'");
     }
     return {address, static_cast<unsigned short>(port)};
 }
@@ -199,10 +199,10 @@ int main(int argc, char** argv)
         // Before the server: it reports to them until it is gone.
         std::unique_ptr<mercury::ps::Metrics> metrics;
         if (!o.metrics.empty())
-            metrics = std::make_unique<mercury::ps::Metrics>(io, o.metrics);
+            metrics = std::make_unique<mercury::ps::Metrics>(io, parse_endpoint("--metrics", o.metrics));
         mercury::ps::Server server(io, log, options);
         server.set_observer(metrics.get());
-        const auto at = parse_endpoint(o.listen);
+        const auto at = parse_endpoint("--listen", o.listen);
         server.listen(at);
         log.info("serving", {{"job", o.job},
                              {"listen", o.listen},

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 #include "ps/metrics.hpp"
 
-#include <boost/asio/ip/address.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
@@ -28,7 +27,7 @@ prometheus::Gauge& gauge(prometheus::Registry& r, const std::string& name, const
 
 }  // namespace
 
-Metrics::Metrics(boost::asio::io_context& io, const std::string& address)
+Metrics::Metrics(boost::asio::io_context& io, const boost::asio::ip::tcp::endpoint& at)
     : registry_(std::make_shared<prometheus::Registry>()),
       accepted_(counter(*registry_, "mercury_ps_connections_total", "worker connections by outcome",
                         {{"result", "accepted"}})),
@@ -42,24 +41,7 @@ Metrics::Metrics(boost::asio::io_context& io, const std::string& address)
       answered_(counter(*registry_, "mercury_ps_answered_bytes_total", "summed bytes sent back to workers")),
       acceptor_(io)
 {
-    const auto colon = address.rfind(':');
     boost::system::error_code ec;
-    boost::asio::ip::address ip;
-    unsigned long port = 0;
-    if (colon != std::string::npos) {
-        std::string host = address.substr(0, colon);
-        if (host.size() > 1 && host.front() == '[' && host.back() == ']')
-            host = host.substr(1, host.size() - 2);
-        ip = boost::asio::ip::make_address(host, ec);
-        const std::string digits = address.substr(colon + 1);
-        if (digits.empty() || digits.size() > 5 || digits.find_first_not_of("0123456789") != std::string::npos)
-            ec = boost::asio::error::invalid_argument;
-        else
-            port = std::stoul(digits);
-    }
-    if (colon == std::string::npos || ec || port > 65535)
-        throw std::runtime_error("cannot serve metrics on " + address + ": want ADDRESS:PORT");
-    const boost::asio::ip::tcp::endpoint at(ip, static_cast<unsigned short>(port));
     acceptor_.open(at.protocol(), ec);
     if (!ec)
         acceptor_.set_option(boost::asio::ip::tcp::acceptor::reuse_address(true), ec);
@@ -68,7 +50,8 @@ Metrics::Metrics(boost::asio::io_context& io, const std::string& address)
     if (!ec)
         acceptor_.listen(boost::asio::socket_base::max_listen_connections, ec);
     if (ec)
-        throw std::runtime_error("cannot serve metrics on " + address + ": " + ec.message());
+        throw std::runtime_error("cannot serve metrics on " + at.address().to_string() + ":" +
+                                 std::to_string(at.port()) + ": " + ec.message());
     accept();
 }
 

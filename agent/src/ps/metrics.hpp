@@ -24,9 +24,9 @@ namespace mercury::ps {
 
 class Metrics : public ServerObserver {
 public:
-    // Serves on @io at @address ("ADDR:PORT"). Throws std::runtime_error
-    // naming @address when it cannot listen there.
-    Metrics(boost::asio::io_context& io, const std::string& address);
+    // Serves on @io at @at. Throws std::runtime_error naming @at when it
+    // cannot listen there.
+    Metrics(boost::asio::io_context& io, const boost::asio::ip::tcp::endpoint& at);
     ~Metrics() override;
     int port() const;
 

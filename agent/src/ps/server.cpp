@@ -207,7 +207,7 @@ private:
         if (closing_ || closed_)
             return;
         if (!admitted_) {
-            server_.refused(address_, why);
+            server_.refused(host_, address_, why);
             server_.observer_->connection(false);
         } else {
             server_.log_.warn("dropping worker connection", {{"peer", address_}, {"reason", why}});
@@ -506,7 +506,7 @@ void Server::accept()
         if (ec) {
             // Out of descriptors or memory: the pending connection stays in
             // the backlog, so accepting again at once would spin. Back off.
-            refused("?", "cannot accept: " + ec.message());
+            refused("", "?", "cannot accept: " + ec.message());
             accept_backoff_ = true;
             return;
         }
@@ -529,18 +529,18 @@ void Server::accept()
         } else {
             boost::system::error_code ignored;
             socket.close(ignored);
-            refused(address, "connection closed at accept: " + why);
+            refused(host, address, "connection closed at accept: " + why);
             observer_->connection(false);
         }
         accept();
     });
 }
 
-void Server::refused(const std::string& address, const std::string& why)
+void Server::refused(const std::string& host, const std::string& address, const std::string& why)
 {
     const auto now = Admission::Clock::now();
-    const auto colon = address.rfind(':');
-    admission_.refused(colon == std::string::npos ? address : address.substr(0, colon), now);
+    if (!host.empty())
+        admission_.refused(host, now);
     uint64_t suppressed = 0;
     const bool log = admission_.log_now(now, suppressed);
     if (suppressed)

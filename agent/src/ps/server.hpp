@@ -106,8 +106,9 @@ private:
     void end_job(const std::string& why);
     // Marks @job ended and forgets it; its run may not join again.
     void retire(Job& job);
-    // Logs a refusal of @address (rate-limited), and counts it against it.
-    void refused(const std::string& address, const std::string& why);
+    // Logs a refusal of @address (host:port; rate-limited), and counts it
+    // against @host (none if empty: an accept that failed).
+    void refused(const std::string& host, const std::string& address, const std::string& why);
     void forget(Peer& peer);
 
     boost::asio::io_context& io_;

@@ -40,6 +40,14 @@ def backward(model: nn.Module) -> None:
     model(torch.ones(3, 4)).sum().backward()
 
 
+def iterate(*runs: tuple) -> None:
+    """One training iteration of each (model, optimizer) in ``runs``."""
+    for model, o in runs:
+        o.zero_grad()
+        backward(model)
+        o.step()
+
+
 @pytest.mark.parametrize("kw, error", [
     ({"lanes": 0}, ValueError), ({"lanes": 9}, ValueError), ({"lanes": 2.0}, TypeError),
     ({"bucket_bytes": 0}, ValueError), ({"bucket_bytes": "1"}, TypeError),
@@ -124,10 +132,7 @@ def test_step_is_applied_before_the_next_forward() -> None:
     opt = make(m)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
     for _ in range(3):
-        for model, o in ((m, opt), (ref, ref_opt)):
-            o.zero_grad()
-            backward(model)
-            o.step()
+        iterate((m, opt), (ref, ref_opt))
     assert all(is_pending(p) for p in m.parameters())   # deferred: nothing used them yet
     m(torch.ones(1, 4))                           # the forward applies the deferred step
     assert not any(is_pending(p) for p in m.parameters())
@@ -144,10 +149,7 @@ def test_a_pending_parameter_applies_its_step_when_used() -> None:
     ref = copy.deepcopy(m)
     opt = make(m)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
-    for model, o in ((m, opt), (ref, ref_opt)):
-        o.zero_grad()
-        backward(model)
-        o.step()
+    iterate((m, opt), (ref, ref_opt))
     w = m[0].weight
     assert is_pending(w) and isinstance(w, torch.nn.Parameter)
     assert w.shape == ref[0].weight.shape and w.grad is not None and is_pending(w)
@@ -177,10 +179,7 @@ def test_finished_reductions_step_together_before_the_forward() -> None:
     opt.optimizer.step = lambda *a, **kw: (calls.append([len(g["params"]) for g in opt.param_groups]),
                                            inner(*a, **kw))[1]
     for _ in range(3):
-        for model, o in ((m, opt), (ref, ref_opt)):
-            o.zero_grad()
-            backward(model)
-            o.step()
+        iterate((m, opt), (ref, ref_opt))
         for b in opt._buckets:
             b.work.wait()                            # both reductions have ended (Gloo's thread)
         calls.clear()
@@ -198,10 +197,7 @@ def test_finished_reductions_step_together_before_the_forward() -> None:
 
         def wait(self) -> None:
             self.work.wait()
-    for model, o in ((m, opt), (ref, ref_opt)):
-        o.zero_grad()
-        backward(model)
-        o.step()
+    iterate((m, opt), (ref, ref_opt))
     opt._buckets[1].work = Running(opt._buckets[1].work)
     calls.clear()
     ref(torch.ones(1, 4))

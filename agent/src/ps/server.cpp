@@ -58,8 +58,9 @@ std::string worker_list(const std::vector<uint32_t>& workers)
 }  // namespace
 
 // One worker connection: challenge, hello, then pushes in and sums out.
-// Every completion handler begins with acting(): once the connection is
-// closing or closed, or its job has ended, no handler touches the job.
+// Every transfer's completion goes through then(), which checks acting(): once
+// the connection is closing or closed, or its job has ended, no handler
+// touches the job. (write_next's goes on while closing: the refusal is written.)
 class Peer : public std::enable_shared_from_this<Peer> {
 public:
     Peer(Server& server, tcp::socket socket, std::string address, std::string host)
@@ -68,6 +69,22 @@ public:
     {
     }
 
+private:
+    // A read's or write's completion handler: @next runs only while the
+    // connection may act (acting()) and the transfer succeeded; an error
+    // closes it. Every handler of a transfer goes through here.
+    auto then(void (Peer::*next)())
+    {
+        return [self = shared_from_this(), next](const boost::system::error_code& ec, size_t) {
+            if (!self->acting())
+                return;
+            if (ec)
+                return self->close();
+            ((*self).*next)();
+        };
+    }
+
+public:
     void start()
     {
         boost::system::error_code ignored;
@@ -86,14 +103,7 @@ public:
                 self->fail("no handshake within " + std::to_string(self->server_.options_.handshake_timeout.count()) +
                            " ms");
         });
-        asio::async_write(socket_, asio::buffer(&challenge_, sizeof(challenge_)),
-                          [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                              if (!self->acting())
-                                  return;
-                              if (ec)
-                                  return self->close();
-                              self->read_hello();
-                          });
+        asio::async_write(socket_, asio::buffer(&challenge_, sizeof(challenge_)), then(&Peer::read_hello));
     }
 
     // Tells the worker why, then closes: once it has closed its end, or
@@ -221,36 +231,26 @@ private:
     {
         // The first bytes alone: another version's Hello has another length,
         // and it must hear why, not wait for the deadline.
-        asio::async_read(socket_, asio::buffer(&hello_, kHelloPrefix),
-                         [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                             if (!self->acting())
-                                 return;
-                             if (ec)
-                                 return self->close();
-                             if (self->hello_.magic != kMagic)
-                                 return self->fail("not a mercury-ps client");
-                             // Version 1's frames had a 16-byte header and no tag:
-                             // its worker reads our refusal in its own layout.
-                             self->v1_peer_ = self->hello_.version == 1;
-                             if (self->hello_.version != kVersion)
-                                 return self->fail("this mercury-ps speaks version " + std::to_string(kVersion) +
-                                                   ", the worker version " + std::to_string(self->hello_.version) +
-                                                   ": upgrade both to the same release");
-                             if (self->hello_.job_len == 0 || self->hello_.job_len > kMaxJobName)
-                                 return self->fail("job name must be 1.." + std::to_string(kMaxJobName) + " bytes");
-                             self->job_name_.resize(self->hello_.job_len);
-                             auto* rest = reinterpret_cast<uint8_t*>(&self->hello_) + kHelloPrefix;
-                             const std::array<asio::mutable_buffer, 2> buffers{
-                                 asio::buffer(rest, sizeof(Hello) - kHelloPrefix), asio::buffer(self->job_name_)};
-                             asio::async_read(self->socket_, buffers,
-                                              [self](const boost::system::error_code& ec2, size_t) {
-                                                  if (!self->acting())
-                                                      return;
-                                                  if (ec2)
-                                                      return self->close();
-                                                  self->authenticate();
-                                              });
-                         });
+        asio::async_read(socket_, asio::buffer(&hello_, kHelloPrefix), then(&Peer::on_hello_prefix));
+    }
+
+    void on_hello_prefix()
+    {
+        if (hello_.magic != kMagic)
+            return fail("not a mercury-ps client");
+        // Version 1's frames had a 16-byte header and no tag: its worker
+        // reads our refusal in its own layout.
+        v1_peer_ = hello_.version == 1;
+        if (hello_.version != kVersion)
+            return fail("this mercury-ps speaks version " + std::to_string(kVersion) + ", the worker version " +
+                        std::to_string(hello_.version) + ": upgrade both to the same release");
+        if (hello_.job_len == 0 || hello_.job_len > kMaxJobName)
+            return fail("job name must be 1.." + std::to_string(kMaxJobName) + " bytes");
+        job_name_.resize(hello_.job_len);
+        auto* rest = reinterpret_cast<uint8_t*>(&hello_) + kHelloPrefix;
+        const std::array<asio::mutable_buffer, 2> buffers{asio::buffer(rest, sizeof(Hello) - kHelloPrefix),
+                                                          asio::buffer(job_name_)};
+        asio::async_read(socket_, buffers, then(&Peer::authenticate));
     }
 
     void authenticate()
@@ -280,16 +280,15 @@ private:
             return fail("1.." + std::to_string(kMaxKeys) + " keys, not " + std::to_string(hello_.key_count));
         keys_.resize(hello_.key_count);
         const std::array<asio::mutable_buffer, 2> buffers{asio::buffer(keys_), asio::buffer(in_tag_)};
-        asio::async_read(socket_, buffers, [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-            if (!self->acting())
-                return;
-            if (ec)
-                return self->close();
-            const auto* keys = reinterpret_cast<const uint8_t*>(self->keys_.data());
-            if (!same_mac(self->up_->next({keys, self->keys_.size() * sizeof(uint64_t)}), self->in_tag_))
-                return self->fail("the key sizes failed authentication");
-            self->join();
-        });
+        asio::async_read(socket_, buffers, then(&Peer::on_keys));
+    }
+
+    void on_keys()
+    {
+        const auto* keys = reinterpret_cast<const uint8_t*>(keys_.data());
+        if (!same_mac(up_->next({keys, keys_.size() * sizeof(uint64_t)}), in_tag_))
+            return fail("the key sizes failed authentication");
+        join();
     }
 
     void join()
@@ -310,14 +309,7 @@ private:
 
     void read_header()
     {
-        asio::async_read(socket_, asio::buffer(&in_, sizeof(in_)),
-                         [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                             if (!self->acting())
-                                 return;
-                             if (ec)
-                                 return self->close();
-                             self->on_header();
-                         });
+        asio::async_read(socket_, asio::buffer(&in_, sizeof(in_)), then(&Peer::on_header));
     }
 
     // A frame's header: its length is checked against the job before a
@@ -337,13 +329,7 @@ private:
         }
         payload_.resize(payload);
         const std::array<asio::mutable_buffer, 2> buffers{asio::buffer(payload_), asio::buffer(in_tag_)};
-        asio::async_read(socket_, buffers, [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-            if (!self->acting())
-                return;
-            if (ec)
-                return self->close();
-            self->on_frame();
-        });
+        asio::async_read(socket_, buffers, then(&Peer::on_frame));
     }
 
     void on_frame()

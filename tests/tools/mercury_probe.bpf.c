@@ -182,11 +182,11 @@ static __always_inline void check_window(const struct sock *sk)
 	__sync_fetch_and_add(&segments_seen, 1);
 	cwnd = (__s32)BPF_CORE_READ(tp, snd_cwnd);
 	ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
-	if (cwnd > 0 && ssthresh && (__s32)ssthresh > 0)
+	if (cwnd > 0 && (__s32)ssthresh > 0)
 		return;
 	if (cwnd <= 0)
 		__sync_fetch_and_add(&bad_windows, 1);
-	if (!ssthresh || (__s32)ssthresh < 0)
+	if ((__s32)ssthresh <= 0)
 		__sync_fetch_and_add(&bad_ssthresh, 1);
 	last_bad_cwnd = cwnd;
 	last_bad_ssthresh = ssthresh;

@@ -9,11 +9,7 @@ std::string Admission::open(const std::string& address, Clock::time_point now)
         prune(now);
     if (handshakes_ >= limits_.handshakes)
         return "at the limit of " + std::to_string(limits_.handshakes) + " handshakes at once";
-    Address& a = by_address_[address];
-    if (now - a.window_start >= limits_.window) {
-        a.window_start = now;
-        a.refusals = 0;
-    }
+    Address& a = in_window(address, now);
     if (a.refusals >= limits_.refusals_per_address)
         return std::to_string(a.refusals) + " refusals within " + std::to_string(limits_.window.count()) +
                " ms: closed at accept until the window ends";
@@ -36,12 +32,17 @@ void Admission::handshake_over(const std::string& address)
 
 void Admission::refused(const std::string& address, Clock::time_point now)
 {
+    ++in_window(address, now).refusals;
+}
+
+Admission::Address& Admission::in_window(const std::string& address, Clock::time_point now)
+{
     Address& a = by_address_[address];
     if (now - a.window_start >= limits_.window) {
         a.window_start = now;
         a.refusals = 0;
     }
-    ++a.refusals;
+    return a;
 }
 
 bool Admission::log_now(Clock::time_point now, uint64_t& suppressed)

@@ -46,6 +46,8 @@ private:
         uint32_t refusals = 0;
         Clock::time_point window_start{};
     };
+    // @address's record, its refusals counted from 0 again if its window ended.
+    Address& in_window(const std::string& address, Clock::time_point now);
     void prune(Clock::time_point now);
 
     Limits limits_;

@@ -50,9 +50,12 @@ unit: user
 bpftest: user
 	tests/native/bpf_tests.sh $(USER)
 
-# mercury.torch on real PyTorch (Gloo), natively with the BPF datapath (root).
+# mercury.torch on real PyTorch (Gloo), natively with the BPF datapath (root):
+# Debian 12's PyTorch 1.13, then Debian 13's 2.6 in a debootstrap root
+# (scripts/torch-root.sh, made once under build/roots).
 torchtest: deps user
 	tests/torch/run.sh $(USER)
+	tests/torch/run.sh $(USER) "$$(scripts/torch-root.sh)"
 
 # mercury-ps against hostile peers and impostor servers, on a sanitizer build (root).
 pstest: user

@@ -13,7 +13,7 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 root=${1:-/var/tmp/mercury-fresh}
-mirror=${MIRROR:-http://deb.debian.org/debian}
+. "$top/scripts/lib/debian-root.sh"
 
 mounts_under() { awk -v r="$root" '$2 == r || index($2, r "/") == 1 { print $2 }' /proc/mounts | sort -r; }
 unmount_all() { for m in $(mounts_under); do umount -l "$m"; done; }
@@ -25,7 +25,7 @@ unmount_all
 # Deleting a root with /sys or /dev still bound into it would reach the host's.
 [ -z "$(mounts_under)" ] || { echo "fresh-machine-test: mounts remain under $root: refusing to delete it" >&2; exit 1; }
 rm -rf "$root"
-debootstrap --variant=minbase bookworm "$root" "$mirror" >"$root.debootstrap.log" 2>&1 ||
+debian_root_make bookworm "$root" "$root.debootstrap.log" ||
 	{ echo "fresh-machine-test: debootstrap failed (see $root.debootstrap.log)" >&2; exit 1; }
 cp /etc/resolv.conf "$root/etc/"
 [ -f /etc/apt/sources.list.d/debian.sources ] &&

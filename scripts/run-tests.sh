@@ -3,7 +3,8 @@
 #
 # `make test`: build everything, run the unit tests (ctest) and the Python
 # package's (pytest), the BPF datapath
-# natively in network namespaces, mercury.torch on real PyTorch, the VM tests (tcp_mercury in Debian's 6.1
+# natively in network namespaces, mercury.torch on real PyTorch (Debian 12's
+# 1.13 and Debian 13's 2.6), the VM tests (tcp_mercury in Debian's 6.1
 # kernel under qemu), the Debian packages (installed, DKMS, purged), the same packages
 # and the systemd units in a Debian 12 guest that boots systemd, and close with one
 # "total: N passed, M failed" line. Exit non-zero on any failure.
@@ -42,19 +43,25 @@ passed=$((passed + unit_total - unit_failed))
 failed=$((failed + unit_failed))
 rm -f "$ctest_log"
 
+# pytest_suite CMD...: runs a pytest command and adds up what it counted.
+pytest_suite() {
+	local log py_passed py_failed
+	log=$(mktemp)
+	"$@" 2>&1 | tee "$log"
+	# "3 failed, 17 passed, 1 warning in 8.47s" / "20 passed in 6.90s"
+	py_passed=$(grep -Eo '[0-9]+ passed' "$log" | tail -1 | cut -d' ' -f1)
+	py_failed=$(grep -Eo '[0-9]+ (failed|error)' "$log" | awk '{n += $1} END {print n + 0}')
+	if [ -z "$py_passed" ] && [ "$py_failed" -eq 0 ]; then
+		echo "FAIL python: pytest did not report"
+		py_failed=1
+	fi
+	passed=$((passed + ${py_passed:-0}))
+	failed=$((failed + py_failed))
+	rm -f "$log"
+}
+
 step "Python package (pytest, no agent)"
-pytest_log=$(mktemp)
-/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$pytest_log"
-# "3 failed, 17 passed, 1 warning in 8.47s" / "20 passed in 6.90s"
-py_passed=$(grep -Eo '[0-9]+ passed' "$pytest_log" | tail -1 | cut -d' ' -f1)
-py_failed=$(grep -Eo '[0-9]+ (failed|error)' "$pytest_log" | awk '{n += $1} END {print n + 0}')
-if [ -z "$py_passed" ] && [ "$py_failed" -eq 0 ]; then
-	echo "FAIL python: pytest did not report"
-	py_failed=1
-fi
-passed=$((passed + ${py_passed:-0}))
-failed=$((failed + py_failed))
-rm -f "$pytest_log"
+pytest_suite /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 
 step "fuzzing the agent protocol decoder (libFuzzer, bounded)"
 if fuzz_out=$(scripts/fuzz.sh "${MERCURY_FUZZ_SECONDS:-30}"); then
@@ -90,8 +97,21 @@ suite stress "$BUILD/stress-tests.log" env TESTS="$(cd tests/cc && bash -c '. ./
 step "mercury-ps: hostile peers, a kill loop, a fuzzer, floods and impostor servers, on an ASan/UBSan build"
 suite ps "$BUILD/ps-suite.log" tests/integration/run-ps.sh "$BUILD" "$BUILD/user"
 
-step "PyTorch: mercury.torch against DDP, lanes in the BPF datapath"
+step "PyTorch: mercury.torch against DDP, lanes in the BPF datapath (Debian 12's PyTorch)"
 suite torch "$BUILD/torch-tests.log" tests/torch/run.sh "$BUILD/user"
+
+step "PyTorch 2: the same suite and the unit tests that use torch on Debian 13's PyTorch, in a debootstrap root"
+if torch_root=$(scripts/torch-root.sh 2>"$BUILD/torch-root.log"); then
+	suite torch "$BUILD/torch2-tests.log" tests/torch/run.sh "$BUILD/user" "$torch_root"
+	# The unit tests that import torch, on that PyTorch too.
+	# shellcheck disable=SC2046 # a list of files
+	pytest_suite tests/torch/in-root.sh "$torch_root" "$BUILD/user" /usr/bin/python3 -m pytest -q \
+		-p no:cacheprovider $(grep -l '^import torch' tests/python/test_*.py)
+else
+	tail -5 "$BUILD/torch-root.log"
+	echo "FAIL torch/root: no Debian 13 root with PyTorch (see $BUILD/torch-root.log)"
+	failed=$((failed + 1))
+fi
 
 step "VM tests: tcp_mercury in Debian's 6.1 cloud kernel under qemu"
 # run.sh tallies the guest's serial log (build/vm-tests.log) and prints "vm/tests: ...".

@@ -20,12 +20,11 @@ top=$(cd "$here/../.." && pwd)
 rel=$("$top/scripts/guest-kernel.sh")
 ver=$(dpkg-query -W -f='${Version}' "linux-headers-$rel")
 guest=$("$top/scripts/fetch-guest-kernel.sh")
+. "$top/scripts/lib/debian-root.sh"
 # The host's own mirror and suites (the guest kernel's headers may be in a
 # point release or security update only): its apt sources go into the guest.
 sources=/etc/apt/sources.list.d/debian.sources
-mirror=$( (sed -n 's/^URIs: *\([^ ]*debian\)$/\1/p' "$sources"
-	sed -n 's/^deb \([^ ]*debian\) bookworm .*/\1/p' /etc/apt/sources.list) 2>/dev/null | head -1 || true)
-mirror=${mirror:-http://deb.debian.org/debian}
+mirror=$(debian_mirror)
 
 # What the .debs need besides each other: "libfoo (>= 1), libbar | libbaz"
 # -> libfoo libbar.
@@ -48,8 +47,7 @@ rm -rf "$base.tmp"
 root=$base.tmp
 log=$cache/build.log
 echo "build-rootfs: debootstrap bookworm from $mirror into $root (log: $log)" >&2
-debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus bookworm "$root" "$mirror" >"$log" 2>&1 ||
-	{ tail -20 "$log" >&2; exit 1; }
+debian_root_make bookworm "$root" "$log" systemd,systemd-sysv,dbus
 
 if [ -f "$sources" ]; then
 	cp "$sources" "$root/etc/apt/sources.list.d/" && rm -f "$root/etc/apt/sources.list"

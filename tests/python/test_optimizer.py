@@ -220,7 +220,9 @@ def test_model_zero_grad_after_step_keeps_the_step() -> None:
     opt.synchronize()
     for a, b in zip(m.parameters(), ref.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
-        assert torch.count_nonzero(a.grad) == 0
+        # zero_grad()'s default is set_to_none=False on 1.13, True on 2.x: as the reference.
+        assert (a.grad is None) == (b.grad is None)
+        assert a.grad is None or torch.count_nonzero(a.grad) == 0
     opt.close()
 
 

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,20 @@ import loops as training_loops  # noqa: E402  (its LOOPS: the one list of loops)
 PYTHON = "/usr/bin/python3"   # Debian's, the one with torch
 TOLERANCE = 1e-5
 passed = failed = 0
+# Each mode's workers' warnings (Python's and c10's), without file and line:
+# mercury.torch must add none to what DDP's workers print. The workers show
+# every Python warning once per place, deprecations included.
+WORKER_ENV = {**os.environ, "PYTHONWARNINGS": "default"}
+WARNING = re.compile(r"^(?:.*?:\d+: )?(\w*Warning: .*)$|^\[W[^\]]*\] ?(.*)$")
+warnings_seen: Dict[str, Dict[str, str]] = {}   # mode: {warning, numbers and temporary names out: a line}
+
+
+def note_warnings(mode: str, stderr: str) -> None:
+    for line in stderr.splitlines():
+        m = WARNING.match(line.strip())
+        if m:
+            key = re.sub(r"\d+", "N", re.sub(r"/tmp/\S+", "/tmp/...", m.group(1) or m.group(2)))
+            warnings_seen.setdefault(mode, {}).setdefault(key, line.strip())
 
 
 def report(name: str, ok: bool, detail: str) -> None:
@@ -40,8 +55,9 @@ def report(name: str, ok: bool, detail: str) -> None:
 
 
 def run(tmp: str, tag: str, world: int, mode: str, extra: List[str], env: Optional[Dict[str, str]] = None,
-        timeout: int = 300) -> Tuple[List[dict], List[Dict[str, torch.Tensor]], List[str]]:
-    """Starts ``world`` workers; returns their results, parameters and stderr."""
+        timeout: int = 300, expect_warnings: bool = False) -> Tuple[List[dict], List[Dict[str, torch.Tensor]], List[str]]:
+    """Starts ``world`` workers; returns their results, parameters and stderr
+    (whose warnings count for the mode, unless ``expect_warnings``)."""
     port = random.randint(20000, 40000)
     procs = []
     for rank in range(world):
@@ -49,7 +65,7 @@ def run(tmp: str, tag: str, world: int, mode: str, extra: List[str], env: Option
         cmd = [PYTHON, os.path.join(HERE, "worker.py"), "--rank", str(rank), "--world", str(world),
                "--port", str(port), "--mode", mode, "--out", out] + extra
         err = open(os.path.join(tmp, f"{tag}-{rank}.err"), "w+")
-        procs.append((subprocess.Popen(cmd, stderr=err, env={**os.environ, **(env or {})}), out, err))
+        procs.append((subprocess.Popen(cmd, stderr=err, env={**WORKER_ENV, **(env or {})}), out, err))
     results, params, errs = [], [], []
     for p, out, err in procs:
         try:
@@ -60,6 +76,8 @@ def run(tmp: str, tag: str, world: int, mode: str, extra: List[str], env: Option
             rc = "timeout"
         err.seek(0)
         errs.append(err.read())
+        if not expect_warnings:
+            note_warnings(mode, errs[-1])
         if rc != 0:
             raise RuntimeError(f"{tag}: worker exit {rc}: {errs[-1][-2000:]}")
         with open(out) as f:
@@ -111,7 +129,7 @@ def run_loops(tmp: str, world: int, loops: List[str], servers: str) -> Dict[str,
             err = open(path + ".err", "w+")
             cmd = [PYTHON, os.path.join(HERE, "loops.py"), "--rank", str(rank), "--world", str(world),
                    "--port", str(port), "--mode", mode, "--servers", servers, "--out", path] + loops
-            procs.append((subprocess.Popen(cmd, stderr=err), path, err))
+            procs.append((subprocess.Popen(cmd, stderr=err, env=WORKER_ENV), path, err))
         out[mode] = []
         for p, path, err in procs:
             try:
@@ -121,8 +139,10 @@ def run_loops(tmp: str, world: int, loops: List[str], servers: str) -> Dict[str,
                     q.kill()
                 rc = "timeout"
             err.seek(0)
+            stderr = err.read()
+            note_warnings(mode, stderr)
             if rc != 0:
-                raise RuntimeError(f"{mode} loops, {world} workers: worker exit {rc}: {err.read()[-2000:]}")
+                raise RuntimeError(f"{mode} loops, {world} workers: worker exit {rc}: {stderr[-2000:]}")
             out[mode].append(torch.load(path))
     return out
 
@@ -185,12 +205,24 @@ def check_equivalence(tmp: str, mode: str, optimizer: str, world: int, ddp: List
                t or "mercuryctl status shows per-layer forward/backward times and ranks in forward order")
 
 
+def check_warnings() -> None:
+    """mercury.torch warns of nothing DDP does not, on this PyTorch: a
+    deprecated or changed API it uses shows here first."""
+    ddp = warnings_seen.get("ddp", {})
+    for mode in MODES:
+        new = sorted(line for key, line in warnings_seen.get(mode, {}).items() if key not in ddp)
+        report(f"torch/{mode}/no-new-warnings", not new,
+               " | ".join(w[:400] for w in new) if new else
+               f"its workers printed no warning DDP's did not ({len(ddp)} distinct from DDP's)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--mercuryctl", required=True)
     ap.add_argument("--servers", required=True, help="the mercury-ps servers, HOST:PORT,...")
     args = ap.parse_args()
     ctl = ["--mercuryctl", args.mercuryctl, "--servers", args.servers]
+    print(f"== PyTorch {torch.__version__}, Python {sys.version.split()[0]}", flush=True)
     with tempfile.TemporaryDirectory(prefix="mercury-torch-") as tmp:
         reference = {}
         for optimizer in ("sgd", "adam"):
@@ -211,7 +243,8 @@ def main() -> int:
         # No agent: a single lane, one warning, the same parameters.
         try:
             res, mine, errs = run(tmp, "no-agent", 2, "mercury", ["--optimizer", "sgd"] + ctl,
-                                  env={"MERCURY_SOCKET": os.path.join(tmp, "no-such-agent.sock")})
+                                  env={"MERCURY_SOCKET": os.path.join(tmp, "no-such-agent.sock")},
+                                  expect_warnings=True)
             diff = max(max_relative_difference(m, reference["sgd-2w"]) for m in mine[:1])
             warnings = [e.count("training on a single lane") for e in errs]
             report("torch/no-agent", diff <= TOLERANCE and all(r["lanes"] == 1 for r in res) and warnings == [1, 1],
@@ -219,6 +252,7 @@ def main() -> int:
                    f"max relative difference to DDP {diff:.3g}")
         except (RuntimeError, KeyError) as e:
             report("torch/no-agent", False, str(e))
+        check_warnings()
     print(f"torch: {passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -444,6 +444,34 @@ LOOPS: Dict[str, Callable[[str, torch.Generator], Tuple[nn.Module, List[float]]]
 }
 
 
+def loop_compiled(mode: str, gen: torch.Generator, wrap_first: bool, model: nn.Module = None,
+                  batch=images) -> Tuple[nn.Module, List[float]]:
+    """torch.compile (PyTorch 2), as its docs write it: the wrapped model
+    compiled (DDP(model), then compile) or the compiled model wrapped."""
+    def compiled(m: nn.Module) -> nn.Module:
+        return torch.compile(m, backend="aot_eager")   # no C compiler needed, the same arithmetic
+    model = model or SmallNet()
+    r = Run(mode, model if wrap_first else compiled(model), sgd)
+    net = compiled(r.net) if wrap_first else r.net
+    logged = []
+    for _ in range(STEPS):
+        x, y = batch(gen)
+        r.opt.zero_grad()
+        loss = nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        r.opt.step()
+        logged.append(float(loss))
+    r.close()
+    return r.model, logged
+
+
+if hasattr(torch, "compile"):   # PyTorch 2
+    LOOPS["compile-wrapped"] = lambda m, g: loop_compiled(m, g, wrap_first=True)
+    LOOPS["wrap-compiled"] = lambda m, g: loop_compiled(m, g, wrap_first=False)
+    LOOPS["compile-attention"] = lambda m, g: loop_compiled(m, g, wrap_first=True, model=Encoder(), batch=tokens)
+    LOOPS["compile-tied"] = lambda m, g: loop_compiled(m, g, wrap_first=True, model=Tied(), batch=tokens)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rank", type=int, required=True)

@@ -10,10 +10,17 @@
 # is tests/integration/run-ps.sh.) Prints PASS/FAIL lines and
 # "torch: N passed, M failed"; exits non-zero on any failure.
 #
-# usage: run.sh BIN_DIR      (as root)
+# With ROOT, the Python side (checks.py, its workers, mercury.torch and the
+# libmercury it loads) runs in that Debian root instead, on its Python and
+# PyTorch (scripts/torch-root.sh makes one with Debian 13's PyTorch 2.6);
+# mercuryd, mercury-ps and the datapath are this host's, as above.
+#
+# usage: run.sh BIN_DIR [ROOT]      (as root)
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "$1" && pwd)
+python=(/usr/bin/python3)
+[ -n "${2:-}" ] && python=("$top/tests/torch/in-root.sh" "$2" "$build" /usr/bin/python3)
 export PATH=$build/bin:$build/tests/bin:$PATH
 . "$top/scripts/bpf-loader.sh"
 
@@ -34,8 +41,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-	echo "FAIL torch/setup: Debian's python3-torch is not installed (make deps installs it)"
+if ! "${python[@]}" -c 'import torch' 2>/dev/null; then
+	echo "FAIL torch/setup: ${2:-this host} has no Debian python3-torch (make deps, or scripts/torch-root.sh, installs it)"
 	echo "torch: 0 passed, 1 failed"
 	exit 1
 fi
@@ -59,9 +66,11 @@ for s in ${servers//,/ }; do
 	ps_pids="$ps_pids $!"
 done
 
-MERCURY_SOCKET=$sock MERCURY_JOB=torchtest MERCURY_PS_SECRET_FILE="$secret_dir/secret" GLOO_SOCKET_IFNAME=lo \
+# USE_LIBUV=0: Debian builds PyTorch 2.x without libuv, which its TCP
+# store asks for by default (1.13 has no such option and ignores it).
+USE_LIBUV=0 MERCURY_SOCKET=$sock MERCURY_JOB=torchtest MERCURY_PS_SECRET_FILE="$secret_dir/secret" GLOO_SOCKET_IFNAME=lo \
 	LIBMERCURY="$build/agent/libmercury.so" \
-	ip netns exec $ns /usr/bin/python3 "$top/tests/torch/checks.py" --mercuryctl "$build/bin/mercuryctl" \
+	ip netns exec $ns "${python[@]}" "$top/tests/torch/checks.py" --mercuryctl "$build/bin/mercuryctl" \
 	--servers "$servers"
 rc=$?
 for p in $ps_pids; do

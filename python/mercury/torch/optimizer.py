@@ -49,6 +49,7 @@ from torch.overrides import TorchFunctionMode
 import mercury
 from mercury.contract import MAX_LANES, rank_lane
 from mercury.lanemap import bucket_lanes, index_ranks
+from mercury.torch._compat import eager
 from mercury.torch._guard import GuardedGrad, guard, pend, pending_class, unpend
 from mercury.torch.lanes import Lanes, all_true
 from mercury.torch.ps import PARTITION_BYTES, PLACEMENTS, ServerLanes, default_job
@@ -97,7 +98,7 @@ def _hook(module: torch.nn.Module, table: str, register: Callable[[Callable], An
     if not isinstance(hooks, _HookDict):
         hooks = _HookDict(hooks)
         setattr(module, table, hooks)
-    handle = register(fn)
+    handle = register(eager(fn))
     hooks.ours.add(handle.id)
     return handle
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import re
 import warnings
 
 import pytest
@@ -55,6 +56,24 @@ def iterate(*runs: tuple) -> None:
 ])
 def test_bad_arguments(kw, error) -> None:
     with pytest.raises(error):
+        make(net(), **kw)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"backend": "nccl"}, "backend is one of 'allreduce', 'ps', not 'nccl'"),
+    ({"servers": ["127.0.0.1:1"]}, "servers= is for backend='ps'"),
+    ({"placement": "mxnet"}, "placement= is for backend='ps'"),   # not silently ignored
+    ({"server_timeout": 5.0}, "server_timeout= is for backend='ps'"),
+    ({"backend": "ps"}, "needs servers="),
+    ({"backend": "ps", "servers": ["127.0.0.1:1"], "placement": "x"}, "placement is one of"),
+    ({"backend": "ps", "servers": ["127.0.0.1:1"], "partition_bytes": 3}, "partition_bytes must be 4"),
+    ({"backend": "ps", "servers": ["127.0.0.1:1"], "server_timeout": 0}, "server_timeout must be > 0"),
+    ({"backend": "ps", "servers": ["no-port"]}, "HOST:PORT"),
+])
+def test_backend_options_checked_before_anything_collective(kw, message) -> None:
+    """Each backend's options are checked by its reducer's check
+    (mercury.torch.reducer) before the optimizer touches the process group."""
+    with pytest.raises(ValueError, match=re.escape(message)):
         make(net(), **kw)
 
 

@@ -4,7 +4,7 @@ TCP connections, which the kernel can then tell apart."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 import torch.distributed as dist
@@ -30,7 +30,8 @@ class Lane:
 
 
 class Lanes:
-    """``n`` process groups over all ranks, each with its own connections.
+    """``n`` process groups over all ranks, each with its own connections:
+    the :class:`mercury.torch.reducer.Reducer` of ``backend="allreduce"``.
 
     Collective: every rank must construct it at the same point. Connections
     are found by comparing the process's sockets before and after each group
@@ -76,6 +77,9 @@ class Lanes:
 
     def group(self, lane: int) -> dist.ProcessGroup:
         return self.lanes[lane].group
+
+    def prepare(self, buckets: Sequence[Tuple[int, torch.dtype]]) -> None:
+        """Nothing to do: the groups' connections exist already, and Gloo sums any dtype."""
 
     def reduce(self, bucket: int, flat: torch.Tensor, lane: int) -> Any:
         """Starts the sum of ``flat`` over the workers, in place, on ``lane``

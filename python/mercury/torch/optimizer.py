@@ -51,8 +51,8 @@ from mercury.contract import MAX_LANES, rank_lane
 from mercury.lanemap import bucket_lanes, index_ranks
 from mercury.torch._compat import eager
 from mercury.torch._guard import GuardedGrad, guard, pend, pending_class, unpend
-from mercury.torch.lanes import Lanes, all_true
-from mercury.torch.ps import PARTITION_BYTES, PLACEMENTS, ServerLanes, default_job
+from mercury.torch.lanes import all_true
+from mercury.torch.reducer import Reducer, reducer_factory
 from mercury.torch.sockets import available_congestion_controls, pacing_left_by
 
 __all__ = ["DistributedOptimizer", "DEFAULT_LANES", "DEFAULT_BUCKET_BYTES", "DEFAULT_RESYNC_EVERY"]
@@ -202,18 +202,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
         backend: "allreduce" (Gloo's ring, on the lanes' process groups) or
             "ps": through mercury-ps parameter servers (``servers``), which
             sum each chunk as soon as every worker pushed it. The result is
-            the same; see :mod:`mercury.torch.ps`.
+            the same; see :mod:`mercury.torch.ps` and, for what a backend
+            is, :mod:`mercury.torch.reducer`. The options below are
+            backend="ps"'s; another backend refuses them.
         servers: with backend="ps", the servers' "HOST:PORT"s, in the same
             order on every worker; they serve job ``$MERCURY_JOB`` (else
             "torch").
         secret: with backend="ps", the job's secret; by default the file
             ``$MERCURY_PS_SECRET_FILE``, else ``$MERCURY_PS_SECRET``.
         placement: with backend="ps", how buckets are spread over the
-            servers: "balanced" (BytePS's partitions) or "mxnet".
+            servers: "balanced" (BytePS's partitions, the default) or "mxnet".
         partition_bytes: with placement="balanced", the largest partition
             (BytePS's default, 4,096,000 bytes).
         server_timeout: with backend="ps", seconds to wait for the servers
-            (start-up, each reduction) before raising an error.
+            (start-up, each reduction) before raising an error (default 120).
 
     Example::
 
@@ -230,8 +232,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  client: Optional[mercury.Client] = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                  resync_every: int = DEFAULT_RESYNC_EVERY, agent_timeout: float = 2.0,
                  broadcast_buffers: bool = True, backend: str = "allreduce", servers: Sequence[str] = (),
-                 secret: Optional[str] = None, placement: str = "balanced",
-                 partition_bytes: int = PARTITION_BYTES, server_timeout: float = 120.0) -> None:
+                 secret: Optional[str] = None, placement: Optional[str] = None,
+                 partition_bytes: Optional[int] = None, server_timeout: Optional[float] = None) -> None:
         # Not Optimizer.__init__: param_groups, state and defaults are the wrapped optimizer's.
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             raise TypeError("mercury.torch: pass the model itself, not a DistributedDataParallel wrapper")
@@ -242,24 +244,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if isinstance(optimizer, torch.optim.LBFGS):
             raise TypeError("mercury.torch: LBFGS re-evaluates the model in step(closure); not supported")
         for name, value, low, high in (("lanes", lanes, 1, MAX_LANES), ("bucket_bytes", bucket_bytes, 1, None),
-                                       ("resync_every", resync_every, 1, None),
-                                       ("partition_bytes", partition_bytes, 4, None)):
+                                       ("resync_every", resync_every, 1, None)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"mercury.torch: {name} must be an int, not {type(value).__name__}")
             if value < low or (high is not None and value > high):
                 raise ValueError(f"mercury.torch: {name} must be {low}..{high or ''}, not {value}")
         if agent_timeout < 0:
             raise ValueError(f"mercury.torch: agent_timeout must be >= 0, not {agent_timeout}")
-        if backend not in ("allreduce", "ps"):
-            raise ValueError(f"mercury.torch: backend is 'allreduce' or 'ps', not {backend!r}")
-        if backend == "ps" and not servers:
-            raise ValueError("mercury.torch: backend='ps' needs servers=['HOST:PORT', ...]")
-        if backend != "ps" and servers:
-            raise ValueError("mercury.torch: servers= is for backend='ps'")
-        if placement not in PLACEMENTS:
-            raise ValueError(f"mercury.torch: placement is one of {', '.join(PLACEMENTS)}, not {placement!r}")
-        if server_timeout <= 0:
-            raise ValueError(f"mercury.torch: server_timeout must be > 0, not {server_timeout}")
+        make_reducer = reducer_factory(backend, dict(
+            servers=list(servers) or None, secret=secret, placement=placement, partition_bytes=partition_bytes,
+            server_timeout=server_timeout))
         if not dist.is_initialized():
             raise RuntimeError("mercury.torch: call torch.distributed.init_process_group first")
         other = _attached.get(model)
@@ -273,8 +267,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.resync_every = resync_every
         self.broadcast_buffers = broadcast_buffers
         self.backend = backend
-        self._ps_options = dict(secret=secret, placement=placement, partition_bytes=partition_bytes,
-                                timeout=server_timeout)
         self.iteration = 0
         self.reason_single_lane: Optional[str] = None
         self.wait_s = 0.0  # time forward passes spent waiting for reductions
@@ -290,7 +282,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         n = lanes if all_true(ok) else 1
         if n < lanes:
             self.reason_single_lane = why or "another worker cannot use Mercury"
-        self.lanes: Any = ServerLanes(n, servers) if backend == "ps" else Lanes(n)
+        self.lanes: Reducer = make_reducer(n)
         if congestion_control and (n > 1 or congestion_control != "mercury"):
             error = self.lanes.pin(congestion_control)
             if not all_true(error is None) and n > 1:
@@ -437,8 +429,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
             size += _nbytes(params)
             self._bucket_of_module[m] = bucket
         self._set_lanes(self._lanes_for(index_ranks(len(self._layers))))
-        if self.backend == "ps":
-            self._connect_servers()
+        # Each bucket's flat tensor: its gradients and one used-flag per parameter.
+        self.lanes.prepare([(sum(p.numel() for p in b.params) + len(b.params), b.params[0].dtype)
+                            for b in self._buckets])
         in_buckets = {id(p) for b in self._buckets for p in b.params}
         for group in self.optimizer.param_groups:
             for p in group["params"]:
@@ -452,16 +445,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 for i, p in enumerate(b.params):
                     self._hook_gradient(p, b, i)
-
-    def _connect_servers(self) -> None:
-        """backend="ps": every bucket a set of keys on the servers (its
-        gradients and one used-flag per parameter, as the all-reduce sends)."""
-        for b in self._buckets:
-            if b.params[0].dtype != torch.float32:
-                raise TypeError(f"mercury.torch: backend='ps' sums float32 gradients; a bucket holds "
-                                f"{b.params[0].dtype} parameters (use backend='allreduce')")
-        sizes = [sum(p.numel() for p in b.params) + len(b.params) for b in self._buckets]
-        self.lanes.connect(sizes, job=default_job(), worker=self.rank, workers=self.world, **self._ps_options)
 
     def _hook_gradient(self, p: torch.nn.Parameter, b: _Bucket, i: int) -> None:
         def before_accumulate(_grad: torch.Tensor) -> None:

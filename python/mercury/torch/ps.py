@@ -31,28 +31,49 @@ from mercury.contract import SO_COOKIE
 from mercury.ps import (MXNET_SPLIT_ELEMS, PARTITION_BYTES, PLACEMENTS, Connection, Part, PsError, PushPull,
                         Work, new_id, parse_address, place, read_secret)
 
-__all__ = ["PLACEMENTS", "PARTITION_BYTES", "MXNET_SPLIT_ELEMS", "Part", "place", "ServerLanes"]
+__all__ = ["PLACEMENTS", "PARTITION_BYTES", "MXNET_SPLIT_ELEMS", "Part", "place", "ServerLanes", "check_options"]
 
 @dataclass
 class _ServerLane:
     sockets: Dict[int, int] = field(default_factory=dict)  # fd -> cookie, one per server
 
 
-class ServerLanes:
-    """The lanes of ``backend="ps"``: per lane, one connection to every
-    server. The same face as :class:`mercury.torch.lanes.Lanes` (``pin``,
-    ``keep``, ``register``, ``close``), but connected only once the buckets
-    are known (:meth:`connect`, after the first forward pass)."""
-
-    def __init__(self, n: int, servers: Sequence[str]) -> None:
-        if not servers:
-            raise ValueError("mercury.torch: backend='ps' needs servers=['HOST:PORT', ...]")
-        for address in servers:
+def check_options(*, servers: Sequence[str] = (), secret: Optional[str] = None, placement: str = "balanced",
+                  partition_bytes: int = PARTITION_BYTES, server_timeout: float = 120.0) -> None:
+    """ValueError or TypeError naming the first bad option of ``backend="ps"``."""
+    if not servers:
+        raise ValueError("mercury.torch: backend='ps' needs servers=['HOST:PORT', ...]")
+    for address in servers:
+        try:
             parse_address(address)
+        except ValueError as e:
+            raise ValueError(f"mercury.torch: {e}") from None
+    if placement not in PLACEMENTS:
+        raise ValueError(f"mercury.torch: placement is one of {', '.join(PLACEMENTS)}, not {placement!r}")
+    if not isinstance(partition_bytes, int) or isinstance(partition_bytes, bool):
+        raise TypeError(f"mercury.torch: partition_bytes must be an int, not {type(partition_bytes).__name__}")
+    if partition_bytes < 4:
+        raise ValueError(f"mercury.torch: partition_bytes must be 4.., not {partition_bytes}")
+    if server_timeout <= 0:
+        raise ValueError(f"mercury.torch: server_timeout must be > 0, not {server_timeout}")
+
+
+class ServerLanes:
+    """The lanes of ``backend="ps"``, a :class:`mercury.torch.reducer.Reducer`:
+    per lane, one connection to every server, opened only once the buckets
+    are known (:meth:`prepare`, after the first forward pass); until then
+    :meth:`pin` and :meth:`register` note what to do with each."""
+
+    def __init__(self, n: int, servers: Sequence[str], *, secret: Optional[str] = None, placement: str = "balanced",
+                 partition_bytes: int = PARTITION_BYTES, server_timeout: float = 120.0) -> None:
+        check_options(servers=servers, secret=secret, placement=placement, partition_bytes=partition_bytes,
+                      server_timeout=server_timeout)
         self.servers = list(servers)
         self.n = n
+        self.secret, self.placement, self.partition_bytes = secret, placement, partition_bytes
+        self.timeout = server_timeout
         self.cc: Optional[str] = None
-        self.previous_cc: Set[str] = set()   # set before connect(): the sockets never ran another CC
+        self.previous_cc: Set[str] = set()   # set before the sockets exist: they never ran another CC
         self.lanes: List[_ServerLane] = []
         self._client: Optional[mercury.Client] = None
         self._engine: Optional[PushPull] = None
@@ -72,18 +93,27 @@ class ServerLanes:
         self._client = client
         return True
 
-    def connect(self, sizes: Sequence[int], *, job: str, secret: Optional[str], worker: int, workers: int,
-                placement: str, partition_bytes: int, timeout: float) -> None:
-        """Places the buckets (``sizes`` in float32 elements) and opens every
-        connection; raises PsError with the server's reason if one refuses."""
-        key_secret = read_secret(secret)
+    def prepare(self, buckets: Sequence[Tuple[int, torch.dtype]]) -> None:
+        """Places the buckets and opens every connection (collective): a
+        key per partition of a bucket, on the servers of the job
+        ``$MERCURY_JOB``. TypeError for a bucket not of float32 (what the
+        servers sum); PsError with the server's reason if one refuses."""
+        for elems, dtype in buckets:
+            if dtype != torch.float32:
+                raise TypeError(f"mercury.torch: backend='ps' sums float32 gradients; a bucket holds "
+                                f"{dtype} parameters (use backend='allreduce')")
+        self._connect([elems for elems, _ in buckets], job=default_job(), worker=dist.get_rank(),
+                      workers=dist.get_world_size())
+
+    def _connect(self, sizes: Sequence[int], *, job: str, worker: int, workers: int) -> None:
+        key_secret = read_secret(self.secret)
         # The run's id, rank 0's, so the servers take no worker of another
         # run (an old run's, a second process claiming a rank); collective,
-        # as connect() is.
+        # as prepare() is.
         run = [new_id() if dist.get_rank() == 0 else 0]
         dist.broadcast_object_list(run, src=0)
         instance = new_id()
-        self._parts = place(sizes, len(self.servers), placement, partition_bytes=partition_bytes)
+        self._parts = place(sizes, len(self.servers), self.placement, partition_bytes=self.partition_bytes)
         keys: List[List[int]] = [[] for _ in self.servers]
         for parts in self._parts:
             for p in parts:
@@ -97,7 +127,7 @@ class ServerLanes:
                         continue   # a server with nothing placed on it
                     c = Connection(address, job=job, secret=key_secret, worker=worker, workers=workers, lane=lane,
                                    lanes=self.n, key_elems=keys[s], cc=self.cc, run=run[0], instance=instance,
-                                   timeout=timeout)
+                                   timeout=self.timeout)
                     connections[(s, lane)] = c
                     cookie = int.from_bytes(c.sock.getsockopt(socket.SOL_SOCKET, SO_COOKIE, 8), "little")
                     self.lanes[lane].sockets[c.fileno()] = cookie
@@ -107,7 +137,7 @@ class ServerLanes:
             for c in connections.values():
                 c.close()
             raise
-        self._engine = PushPull(connections, timeout)
+        self._engine = PushPull(connections, self.timeout)
 
     def reduce(self, bucket: int, flat: torch.Tensor, lane: int) -> Work:
         """Pushes bucket ``bucket``'s ``flat`` (float32, contiguous) on

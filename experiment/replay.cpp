@@ -486,27 +486,11 @@ std::vector<std::pair<Conn*, short>> poll_conns(const Conns& conns, bool writers
     return ready;
 }
 
-std::string cc_of(int fd)
-{
-    char name[16] = {};   // TCP_CA_NAME_MAX
-    socklen_t len = sizeof(name);
-    if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0)
-        throw std::runtime_error(std::string("reading TCP_CONGESTION: ") + std::strerror(errno));
-    return std::string(name, strnlen(name, sizeof(name)));
-}
-
-void expect_cc(int fd, const std::string& cc)
-{
-    if (const std::string got = cc_of(fd); got != cc)
-        throw std::runtime_error("a connection runs " + got + ", not " + cc);
-}
-
 // Sets @cc and checks it took: a baseline must never run the host's default.
 void pin_cc(int fd, const std::string& cc)
 {
-    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc.data(), static_cast<socklen_t>(cc.size())) != 0)
-        throw std::runtime_error("TCP_CONGESTION " + cc + ": " + std::strerror(errno));
-    expect_cc(fd, cc);
+    if (const std::string why = mercury::set_congestion_control(fd, cc); !why.empty())
+        throw std::runtime_error(why);
 }
 
 int tcp_connect(const Endpoint& ep, const std::string& cc)

@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
+from mercury.tcp import set_congestion_control
+
 __all__ = ["PsError", "Connection", "PushPull", "Work", "FrameMac", "read_secret", "weak_secret", "new_id",
            "place", "Part", "PLACEMENTS", "PARTITION_BYTES", "MXNET_SPLIT_ELEMS", "MAGIC", "VERSION"]
 
@@ -213,10 +215,7 @@ class Connection:
             s = socket.socket(family, socket.SOCK_STREAM)
             try:
                 if cc:
-                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
-                    got = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0", 1)[0].decode()
-                    if got != cc:
-                        raise PsError(f"congestion control reads back {got!r}, not {cc!r}")
+                    set_congestion_control(s, cc)   # OSError: below
                 s.settimeout(max(0.1, deadline - time.monotonic()))
                 s.connect((host, port))
             except (ConnectionRefusedError, socket.timeout) as e:

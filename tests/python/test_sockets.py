@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from mercury.tcp import congestion_control, set_congestion_control
 from mercury.torch.sockets import (available_congestion_controls, find_tcp_sockets, pacing_left_by,
                                    pin_congestion_control)
 
@@ -33,8 +34,22 @@ def test_finds_its_connections_and_pins_them(connection) -> None:
 
 
 def test_an_unknown_congestion_control_is_refused(connection) -> None:
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match=f"socket {connection.fileno()}: No such file"):
         pin_congestion_control([connection.fileno()], "no-such-cc")
+    assert congestion_control(connection) == "reno"   # unchanged
+
+
+def test_set_congestion_control_returns_the_one_before() -> None:
+    """mercury.tcp: the package's one way to select a congestion control
+    (the lanes and the mercury-ps client)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"reno")
+        target = "cubic" if "cubic" in available_congestion_controls() else "reno"
+        assert set_congestion_control(s, target) == "reno"
+        assert congestion_control(s) == target
+        with pytest.raises(OSError):
+            set_congestion_control(s, "no-such-cc")
+        assert congestion_control(s) == target
 
 
 def test_only_a_switch_away_from_bbr_leaves_pacing_on() -> None:

@@ -23,6 +23,7 @@ extern "C" {
 #define MERCURY_E_INVAL		(-2)	/* bad argument */
 #define MERCURY_E_NOMEM		(-3)
 #define MERCURY_E_NOMODEL	(-4)	/* declare the model first */
+#define MERCURY_E_CC		(-5)	/* congestion control not set (errno says why) */
 
 typedef struct mercury_client mercury_client;
 
@@ -87,6 +88,20 @@ int mercury_begin_iteration(mercury_client *client, uint64_t iteration);
 
 /* 1 if connected to the agent right now. */
 int mercury_connected(const mercury_client *client);
+
+/*
+ * Sets congestion control @cc on TCP socket @fd and reads it back: 0 if the
+ * socket runs @cc now; MERCURY_E_CC if the kernel refused it (errno: ENOENT
+ * not available, EPERM not in net.ipv4.tcp_allowed_congestion_control for
+ * this process) or the socket reads back another (errno EPROTO);
+ * MERCURY_E_INVAL for a bad argument. Needs no agent: every data socket a
+ * trainer, server or plugin opens selects Mercury this way.
+ */
+int mercury_set_congestion_control(int fd, const char *cc);
+
+/* The congestion control @fd runs, NUL-terminated in @name (@size >= 16):
+ * 0, MERCURY_E_INVAL or MERCURY_E_CC (errno). */
+int mercury_congestion_control(int fd, char *name, size_t size);
 
 const char *mercury_strerror(int error);
 

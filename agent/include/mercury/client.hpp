@@ -2,7 +2,9 @@
 // C++ RAII wrapper over libmercury's C ABI (<mercury/client.h>).
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,5 +64,26 @@ private:
     };
     std::unique_ptr<mercury_client, Closer> client_;
 };
+
+// The congestion control TCP socket @fd runs, or "?" if it cannot say.
+inline std::string congestion_control(int fd)
+{
+    char name[32];
+    return mercury_congestion_control(fd, name, sizeof(name)) == MERCURY_OK ? std::string(name) : "?";
+}
+
+// Sets congestion control @cc on TCP socket @fd and reads it back: the
+// reason it did not take, or "".
+inline std::string set_congestion_control(int fd, const std::string& cc)
+{
+    const int rc = mercury_set_congestion_control(fd, cc.c_str());
+    if (rc == MERCURY_OK)
+        return "";
+    if (rc == MERCURY_E_INVAL)
+        return fd < 0 ? "not a socket: " + std::to_string(fd) : "bad congestion control name \"" + cc + "\"";
+    if (errno == EPROTO)
+        return "congestion control reads back " + congestion_control(fd) + ", not " + cc;
+    return "cannot set congestion control " + cc + ": " + std::strerror(errno);
+}
 
 }  // namespace mercury

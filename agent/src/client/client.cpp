@@ -7,10 +7,12 @@
 // subscription) to a restarted agent.
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -250,6 +252,10 @@ struct mercury_client {
     }
 };
 
+namespace {
+constexpr size_t kCaNameMax = 16;   // the kernel's TCP_CA_NAME_MAX, NUL included
+}
+
 extern "C" {
 
 mercury_client* mercury_open(const char* socket_path, const char* job, uint32_t worker_rank)
@@ -435,6 +441,33 @@ int mercury_connected(const mercury_client* c)
     return c && c->connected ? 1 : 0;
 }
 
+int mercury_congestion_control(int fd, char* name, size_t size)
+{
+    if (fd < 0 || !name || size < kCaNameMax)
+        return MERCURY_E_INVAL;
+    socklen_t len = static_cast<socklen_t>(size - 1);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0)
+        return MERCURY_E_CC;
+    name[std::min<size_t>(len, size - 1)] = '\0';
+    return MERCURY_OK;
+}
+
+int mercury_set_congestion_control(int fd, const char* cc)
+{
+    if (fd < 0 || !cc || !*cc || strnlen(cc, kCaNameMax) == kCaNameMax)
+        return MERCURY_E_INVAL;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, static_cast<socklen_t>(strlen(cc))) != 0)
+        return MERCURY_E_CC;
+    char got[kCaNameMax + 1];
+    if (mercury_congestion_control(fd, got, sizeof(got)) != MERCURY_OK)
+        return MERCURY_E_CC;
+    if (strcmp(got, cc) != 0) {
+        errno = EPROTO;
+        return MERCURY_E_CC;
+    }
+    return MERCURY_OK;
+}
+
 const char* mercury_strerror(int error)
 {
     switch (error) {
@@ -443,6 +476,7 @@ const char* mercury_strerror(int error)
     case MERCURY_E_INVAL: return "invalid argument";
     case MERCURY_E_NOMEM: return "out of memory";
     case MERCURY_E_NOMODEL: return "declare the model first";
+    case MERCURY_E_CC: return "congestion control not set";
     }
     return "unknown error";
 }

@@ -28,25 +28,6 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-std::string congestion_control_of(int fd)
-{
-    char name[16] = {};  // TCP_CA_NAME_MAX
-    socklen_t len = sizeof(name);
-    if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0)
-        return "?";
-    return std::string(name, strnlen(name, sizeof(name)));
-}
-
-// Sets @cc on @fd and reads it back; the reason it did not take, or "".
-std::string pin_congestion_control(int fd, const std::string& cc)
-{
-    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc.data(), static_cast<socklen_t>(cc.size())) != 0)
-        return "cannot set congestion control " + cc + ": " + std::strerror(errno);
-    if (const std::string got = congestion_control_of(fd); got != cc)
-        return "congestion control reads back " + got + ", not " + cc;
-    return "";
-}
-
 std::string worker_list(const std::vector<uint32_t>& workers)
 {
     std::string out;
@@ -462,7 +443,7 @@ void Server::listen(const tcp::endpoint& at)
     acceptor_.set_option(tcp::acceptor::reuse_address(true));
     // Accepted connections inherit the listener's congestion control; each
     // is read back all the same.
-    if (const std::string why = pin_congestion_control(acceptor_.native_handle(), options_.cc); !why.empty())
+    if (const std::string why = mercury::set_congestion_control(acceptor_.native_handle(), options_.cc); !why.empty())
         throw std::runtime_error(why + " (is it loaded and in net.ipv4.tcp_allowed_congestion_control?)");
     boost::system::error_code ec;
     acceptor_.bind(at, ec);
@@ -505,8 +486,8 @@ void Server::accept()
             why = "at max connections (" + std::to_string(options_.max_connections) + ")";
         else
             why = admission_.open(host, Admission::Clock::now());
-        if (why.empty() && congestion_control_of(socket.native_handle()) != options_.cc)
-            if ((why = pin_congestion_control(socket.native_handle(), options_.cc)); !why.empty())
+        if (why.empty() && mercury::congestion_control(socket.native_handle()) != options_.cc)
+            if ((why = mercury::set_congestion_control(socket.native_handle(), options_.cc)); !why.empty())
                 admission_.handshake_over(host);
         if (why.empty()) {
             auto peer = std::make_shared<Peer>(*this, std::move(socket), address, host);

@@ -8,6 +8,7 @@ import socket
 from typing import Dict, Optional, Sequence, Set
 
 from mercury.contract import SO_COOKIE
+from mercury.tcp import set_congestion_control
 
 __all__ = ["find_tcp_sockets", "pin_congestion_control", "pacing_left_by"]
 
@@ -48,13 +49,10 @@ def find_tcp_sockets() -> Dict[int, int]:
     return found
 
 
-def _congestion_control(s: socket.socket) -> str:
-    return s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0", 1)[0].decode()
-
-
 def pin_congestion_control(fds: Sequence[int], cc: str) -> Set[str]:
-    """Sets ``cc`` on each socket with TCP_CONGESTION and reads it back;
-    returns the congestion controls the sockets had before.
+    """Sets ``cc`` on each socket and reads it back
+    (:func:`mercury.tcp.set_congestion_control`); returns the congestion
+    controls the sockets had before.
 
     Raises OSError if a socket refuses it (not available, or restricted by
     the administrator's net.ipv4.tcp_allowed_congestion_control).
@@ -63,11 +61,9 @@ def pin_congestion_control(fds: Sequence[int], cc: str) -> Set[str]:
     for fd in fds:
         s = socket.socket(fileno=os.dup(fd))
         try:
-            before.add(_congestion_control(s))
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
-            got = _congestion_control(s)
-            if got != cc:
-                raise OSError(f"socket {fd} reads back congestion control {got!r}, not {cc!r}")
+            before.add(set_congestion_control(s, cc))
+        except OSError as e:
+            raise OSError(f"socket {fd}: {e.strerror or e}") from None
         finally:
             s.close()
     return before

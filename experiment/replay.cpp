@@ -77,7 +77,7 @@
 #include <openssl/rand.h>
 #include "learner/priorities.hpp"
 #include "simulator.hpp"
-#include "unique_fd.hpp"
+#include "common/unique_fd.hpp"
 
 namespace {
 

@@ -22,9 +22,9 @@
 
 #include "datapath/datapath.hpp"
 #include "mercury/uapi.h"
-#include "printable.hpp"
+#include "common/printable.hpp"
 #include "protocol/wire.hpp"
-#include "unique_fd.hpp"
+#include "common/unique_fd.hpp"
 
 namespace {
 

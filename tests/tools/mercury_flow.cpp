@@ -53,7 +53,7 @@
 #include "flow_key.hpp"
 #include "mercury/uapi.h"
 #include "parse_number.hpp"
-#include "unique_fd.hpp"
+#include "common/unique_fd.hpp"
 
 namespace {
 

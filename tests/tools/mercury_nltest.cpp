@@ -23,7 +23,7 @@
 
 #include "datapath/genl_client.hpp"
 #include "mercury/uapi.h"
-#include "unique_fd.hpp"
+#include "common/unique_fd.hpp"
 
 namespace {
 

@@ -3,7 +3,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "printable.hpp"
+#include "common/printable.hpp"
 #include "protocol/wire.hpp"
 
 using namespace mercury;

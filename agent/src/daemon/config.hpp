@@ -9,7 +9,7 @@
 
 #include "daemon/jobs.hpp"
 #include "daemon/kernel_sync.hpp"
-#include "daemon/log.hpp"
+#include "common/log.hpp"
 #include "daemon/trainer_server.hpp"
 #include "datapath/datapath.hpp"
 

@@ -9,7 +9,7 @@
 
 #include <memory>
 
-#include "daemon/log.hpp"
+#include "common/log.hpp"
 #include "datapath/bpf_maps.hpp"
 #include "datapath/bpf_program.hpp"
 #include "datapath/datapath.hpp"

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-#include "printable.hpp"
+#include "common/printable.hpp"
 
 namespace mercury {
 

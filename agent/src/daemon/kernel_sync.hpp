@@ -12,7 +12,7 @@
 #include <set>
 #include <memory>
 
-#include "daemon/log.hpp"
+#include "common/log.hpp"
 #include "daemon/datapath_provider.hpp"
 
 namespace mercury {

@@ -13,7 +13,7 @@
 #include "daemon/datapath_provider.hpp"
 #include "daemon/jobs.hpp"
 #include "daemon/kernel_sync.hpp"
-#include "daemon/log.hpp"
+#include "common/log.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/systemd.hpp"
 #include "daemon/trainer_server.hpp"

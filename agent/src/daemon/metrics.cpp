@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "mercury/uapi.h"
-#include "printable.hpp"
+#include "common/printable.hpp"
 
 namespace mercury {
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "daemon/jobs.hpp"
-#include "daemon/log.hpp"
-#include "unique_fd.hpp"
+#include "common/log.hpp"
+#include "common/unique_fd.hpp"
 
 namespace mercury {
 

@@ -14,7 +14,7 @@
 
 #include "datapath/datapath.hpp"
 #include "mercury/bpf_maps.h"
-#include "unique_fd.hpp"
+#include "common/unique_fd.hpp"
 
 namespace mercury {
 

@@ -16,7 +16,7 @@
 #include <cstring>
 #include <iostream>
 
-#include "daemon/log.hpp"
+#include "common/log.hpp"
 #include "ps/metrics.hpp"
 #include "ps/server.hpp"
 

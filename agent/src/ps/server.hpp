@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/log.hpp"
+#include "common/log.hpp"
 #include "ps/admission.hpp"
 #include "ps/aggregator.hpp"
 #include "ps/wire.hpp"

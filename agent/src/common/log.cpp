@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-#include "daemon/log.hpp"
-#include "printable.hpp"
+#include "common/log.hpp"
+#include "common/printable.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -38,7 +38,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 # A layer is what mercury.torch hooks: a module and the parameters it holds itself.
-from mercury.torch.optimizer import _own_parameters  # noqa: E402
+from mercury.torch._layers import own_parameters  # noqa: E402
 
 
 class _Layer:
@@ -70,7 +70,7 @@ class ByteScheduler:
         self.wait_s = 0.0           # forward passes' waits for reductions
         self._layers = []
         for m in model.modules():
-            params = _own_parameters(m)
+            params = own_parameters(m)
             if params and not isinstance(m, (nn.ParameterList, nn.ParameterDict)):
                 self._layers.append(_Layer(m, params, type(optimizer)(params, **optimizer.defaults)))
         # (layer, first element, elements), most urgent first: forward order, then offset.

@@ -25,32 +25,38 @@ Whatever touches a parameter whose step is deferred gets DDP's value too:
 it is *pending* (``_guard.pend``) until its step is applied, and any use
 from Python (an EMA, clamping, ``state_dict()``, a copy) applies it first.
 The model's hooks are the optimizer's alone: ``copy.deepcopy(model)`` and
-pickling give a plain model with the stepped weights (``_HookDict``).
+pickling give a plain model with the stepped weights (``_hooks.HookDict``).
+
+This module is the bucket state machine and the optimizer's face; around
+it: ``_layers`` (which module owns which parameters, in forward order),
+``_buckets`` (a bucket and its states), ``_timings`` (per-layer times for
+mercuryd), ``_hooks`` (hook tables a copy leaves behind), ``_guard``
+(guarded gradients, pending parameters), ``reducer`` (the backends:
+``lanes``, ``ps``) and ``_compat`` (what differs between PyTorch 1.13
+and 2.x).
 """
 from __future__ import annotations
 
-import collections
 import contextlib
-import copy
-import enum
 import functools
 import json
 import os
 import time
 import warnings
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import torch
 import torch.distributed as dist
-from torch.overrides import TorchFunctionMode
 
 import mercury
 from mercury.contract import MAX_LANES, rank_lane
 from mercury.lanemap import bucket_lanes, index_ranks
-from mercury.torch._compat import eager
-from mercury.torch._guard import GuardedGrad, guard, pend, pending_class, unpend
+from mercury.torch._buckets import Bucket, State
+from mercury.torch._guard import guard, pend, pending_class, unpend
+from mercury.torch._hooks import hook, unhook
+from mercury.torch._layers import FirstUse, nbytes, own_parameters
+from mercury.torch._timings import LayerTimings
 from mercury.torch.lanes import all_true
 from mercury.torch.reducer import Reducer, reducer_factory
 from mercury.torch.sockets import available_congestion_controls, pacing_left_by
@@ -68,110 +74,6 @@ _BUFFER_BROADCAST_BYTES = 256 << 20   # DDP's default for its coalesced buffer b
 # model -> its DistributedOptimizer, so a second one on the same model is refused
 # (kept off the model: an attribute there would stop deepcopy and pickling).
 _attached: "weakref.WeakKeyDictionary[torch.nn.Module, DistributedOptimizer]" = weakref.WeakKeyDictionary()
-
-
-class _HookDict(collections.OrderedDict):
-    """A module's hook table while it holds hooks of mercury.torch's
-    (``ours``, by handle id). A copy of it, by ``copy.deepcopy`` or
-    pickling (which a copy of the model makes), is a plain OrderedDict of
-    the other hooks: the copied model is a plain model, and neither refers
-    to the optimizer nor needs mercury to load."""
-
-    def __init__(self, hooks: "collections.OrderedDict[int, Any]") -> None:
-        super().__init__(hooks)
-        self.ours: Set[int] = set()
-
-    def _others(self) -> List[Tuple[int, Any]]:
-        return [(k, v) for k, v in self.items() if k not in self.ours]
-
-    def __deepcopy__(self, memo: Dict[int, Any]) -> "collections.OrderedDict[int, Any]":
-        return collections.OrderedDict((k, copy.deepcopy(v, memo)) for k, v in self._others())
-
-    def __reduce__(self) -> Tuple[Any, ...]:
-        return collections.OrderedDict, (self._others(),)
-
-
-def _hook(module: torch.nn.Module, table: str, register: Callable[[Callable], Any], fn: Callable) -> Any:
-    """Registers ``fn`` with ``register`` (a method of ``module`` that adds
-    to ``module.<table>``), marked as ours in that table."""
-    hooks = getattr(module, table)
-    if not isinstance(hooks, _HookDict):
-        hooks = _HookDict(hooks)
-        setattr(module, table, hooks)
-    handle = register(eager(fn))
-    hooks.ours.add(handle.id)
-    return handle
-
-
-def _unhook(module: torch.nn.Module, table: str) -> None:
-    """``module.<table>`` a plain OrderedDict again (once our hooks are removed)."""
-    hooks = getattr(module, table)
-    if isinstance(hooks, _HookDict):
-        setattr(module, table, collections.OrderedDict(hooks))
-
-
-def _own_parameters(module: torch.nn.Module) -> List[torch.nn.Parameter]:
-    """Parameters a module holds itself: its direct ones, and those of
-    ParameterList/ParameterDict children (which have no forward)."""
-    params = list(module.parameters(recurse=False))
-    for child in module.children():
-        if isinstance(child, (torch.nn.ParameterList, torch.nn.ParameterDict)):
-            params += list(child.parameters())
-    return params
-
-
-def _nbytes(params: Sequence[torch.Tensor]) -> int:
-    return sum(p.numel() * p.element_size() for p in params)
-
-
-class _State(enum.Enum):
-    IDLE = "idle"                    # p.grad holds what DDP would show; nothing outstanding
-    REDUCING = "reducing"            # all-reduce in flight, p.grad guarded, step() not yet called
-    STEP_DEFERRED = "step-deferred"  # step() called: applied before the bucket's next forward
-
-
-@dataclass(eq=False)  # identity: buckets hold tensors
-class _Bucket:
-    index: int
-    params: List[torch.nn.Parameter]
-    modules: List[torch.nn.Module]
-    layers: List[int]
-    lane: int = 0
-    state: _State = _State.IDLE
-    waiting: int = 0                            # params whose gradient this backward has not delivered
-    used: List[bool] = field(default_factory=list)   # a gradient arrived since the last launch
-    work: Optional[Any] = None                  # the async all-reduce
-    flat: Optional[torch.Tensor] = None         # gradients / world, then one used-flag per param
-    slots: List[torch.Tensor] = field(default_factory=list)   # each param's gradient in flat
-    flags: Optional[torch.Tensor] = None        # the used-flags in flat
-    real: List[torch.Tensor] = field(default_factory=list)   # p.grad at launch (zeros if it was None)
-    was_none: List[bool] = field(default_factory=list)
-    guards: List[GuardedGrad] = field(default_factory=list)
-    zero_after: List[bool] = field(default_factory=list)   # zero once the deferred step used it
-    settings: Optional[List[Dict[str, Any]]] = None  # param groups' settings at step()
-    group_params: List[List[torch.nn.Parameter]] = field(default_factory=list)
-    trace: Optional[dict] = None
-    pending: List[Tuple[torch.nn.Parameter, type]] = field(default_factory=list)   # what step() pends, as what
-
-
-class _FirstUse(TorchFunctionMode):
-    """During the first forward passes: which module's forward was running
-    when each parameter was first used (MultiheadAttention uses its
-    ``out_proj``'s parameters without calling ``out_proj``)."""
-
-    def __init__(self, running: List[torch.nn.Module], first_user: Dict[int, torch.nn.Module]) -> None:
-        super().__init__()
-        self.running = running
-        self.first_user = first_user
-
-    def __torch_function__(self, func: Callable, types: tuple, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
-        kwargs = kwargs or {}
-        if self.running and getattr(func, "__name__", "") != "__get__":
-            for a in list(args) + list(kwargs.values()):
-                for t in (a if isinstance(a, (list, tuple)) else (a,)):
-                    if isinstance(t, torch.nn.Parameter) and id(t) not in self.first_user:
-                        self.first_user[id(t)] = self.running[-1]
-        return func(*args, **kwargs)
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
@@ -304,24 +206,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 dist.broadcast(t, src=0)
 
         # Hooked modules: the model itself and every module holding parameters.
-        self._hooked = [model] + [m for m in model.modules() if m is not model and _own_parameters(m)
+        self._hooked = [model] + [m for m in model.modules() if m is not model and own_parameters(m)
                                   and not isinstance(m, (torch.nn.ParameterList, torch.nn.ParameterDict))]
         self._order: List[torch.nn.Module] = []          # hooked modules, in first-forward order
         self._ordered: Set[int] = set()
         self._running: List[torch.nn.Module] = []        # hooked modules whose forward is running
         self._first_user: Dict[int, torch.nn.Module] = {}
-        self._learning: Optional[_FirstUse] = None
+        self._learning: Optional[FirstUse] = None
         self._finalized = False                    # layers and buckets are built
         self._layers: List[torch.nn.Module] = []         # modules that own parameters, forward order
-        self._buckets: List[_Bucket] = []
-        self._bucket_of_module: Dict[torch.nn.Module, _Bucket] = {}
+        self._buckets: List[Bucket] = []
+        self._bucket_of_module: Dict[torch.nn.Module, Bucket] = {}
         self._layer_lane: List[int] = []
         self._layer_bytes: List[int] = []
-        self._fwd_start: Dict[torch.nn.Module, float] = {}
-        self._fwd_us: Dict[torch.nn.Module, float] = {}
-        self._grad_time: Dict[int, float] = {}   # layer -> when its last gradient arrived
-        self._forward_end = 0.0
-        self._forward_start = 0.0
+        self._timings = LayerTimings()
         self._next_launch = -1
         self._backward_queued = False
         self._sync = True                          # False inside no_sync()
@@ -329,12 +227,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._handles: List[Any] = []
         # (No state_dict hooks: a pending parameter applies its own step
         # when state_dict() or load_state_dict() touches it.)
-        self._handles.append(_hook(model, "_forward_pre_hooks", model.register_forward_pre_hook,
+        self._handles.append(hook(model, "_forward_pre_hooks", model.register_forward_pre_hook,
                                    self._root_pre_forward))
         for m in self._hooked:
-            self._handles.append(_hook(m, "_forward_pre_hooks", m.register_forward_pre_hook, self._pre_forward))
-            self._handles.append(_hook(m, "_forward_hooks", m.register_forward_hook, self._post_forward))
-        self._handles.append(_hook(model, "_forward_hooks", model.register_forward_hook, self._root_post_forward))
+            self._handles.append(hook(m, "_forward_pre_hooks", m.register_forward_pre_hook, self._pre_forward))
+            self._handles.append(hook(m, "_forward_hooks", m.register_forward_hook, self._post_forward))
+        self._handles.append(hook(model, "_forward_hooks", model.register_forward_hook, self._root_post_forward))
         _attached[model] = self
 
     # -- torch.optim.Optimizer's face: the wrapped optimizer's groups and state
@@ -377,7 +275,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         seen: Set[int] = set()
         holders = self._order + [m for m in self._hooked if id(m) not in self._ordered]
         for holder in holders:
-            for p in _own_parameters(holder):
+            for p in own_parameters(holder):
                 if id(p) in seen or not p.requires_grad:
                     continue
                 seen.add(id(p))
@@ -404,7 +302,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._finalized = True
         self._layers = list(owned)
         names = {m: n for n, m in self.model.named_modules()}
-        self._layer_bytes = [_nbytes(owned[m]) for m in self._layers]
+        self._layer_bytes = [nbytes(owned[m]) for m in self._layers]
         if self._layers:   # else nothing is trained here: nothing to rank
             self.client.declare_model([(names.get(m, "?") or "model", n)
                                        for m, n in zip(self._layers, self._layer_bytes)])
@@ -413,20 +311,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # Buckets never span two lanes of the ranks by index (mercuryd's
         # until it has timings); the lane map then moves whole buckets.
         by_index = [rank_lane(r, len(self.lanes)) for r in index_ranks(len(self._layers))]
-        bucket: Optional[_Bucket] = None
+        bucket: Optional[Bucket] = None
         size = 0
         for layer, m in enumerate(self._layers):
             params = owned[m]
             lane = by_index[layer]
             if (bucket is None or size >= self.bucket_bytes or lane != bucket.lane
                     or params[0].dtype != bucket.params[0].dtype):
-                bucket = _Bucket(len(self._buckets), [], [], [], lane)
+                bucket = Bucket(len(self._buckets), [], [], [], lane)
                 self._buckets.append(bucket)
                 size = 0
             bucket.params += params
             bucket.modules.append(m)
             bucket.layers += [layer] * len(params)
-            size += _nbytes(params)
+            size += nbytes(params)
             self._bucket_of_module[m] = bucket
         self._set_lanes(self._lanes_for(index_ranks(len(self._layers))))
         # Each bucket's flat tensor: its gradients and one used-flag per parameter.
@@ -446,9 +344,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 for i, p in enumerate(b.params):
                     self._hook_gradient(p, b, i)
 
-    def _hook_gradient(self, p: torch.nn.Parameter, b: _Bucket, i: int) -> None:
+    def _hook_gradient(self, p: torch.nn.Parameter, b: Bucket, i: int) -> None:
         def before_accumulate(_grad: torch.Tensor) -> None:
-            if b.state is not _State.IDLE:
+            if b.state is not State.IDLE:
                 self._before_accumulate(b, i)
 
         def accumulated(*_: object) -> None:
@@ -465,10 +363,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _root_pre_forward(self, _module: torch.nn.Module, _inputs: object) -> None:
         self._running.clear()   # a forward that raised leaves its modules here
-        self._forward_start = time.perf_counter()
+        self._timings.model_forward_began()
         self._stop_learning()   # likewise
         if not self._finalized:
-            self._learning = _FirstUse(self._running, self._first_user)
+            self._learning = FirstUse(self._running, self._first_user)
             self._learning.__enter__()
         if self.broadcast_buffers and self._sync_buffers_next:
             buffers = list(self.model.buffers())
@@ -496,23 +394,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._order.append(module)
         else:
             b = self._bucket_of_module.get(module)
-            if b is not None and b.state is _State.STEP_DEFERRED:
+            if b is not None and b.state is State.STEP_DEFERRED:
                 self._finish(b)
-        self._fwd_start[module] = time.perf_counter()
+        self._timings.forward_began(module)
 
     def _post_forward(self, module: torch.nn.Module, _inputs: object, _output: object) -> None:
-        now = time.perf_counter()
+        self._timings.forward_ended(module)
         if self._running and self._running[-1] is module:
             self._running.pop()
-        start = self._fwd_start.pop(module, None)
-        if start is not None and torch.is_grad_enabled() and module.training:
-            self._fwd_us[module] = self._fwd_us.get(module, 0.0) + (now - start) * 1e6
-            self._forward_end = now
 
     # -- backward hooks -----------------------------------------------------
 
-    def _before_accumulate(self, b: _Bucket, i: int) -> None:
-        if b.state is _State.STEP_DEFERRED:
+    def _before_accumulate(self, b: Bucket, i: int) -> None:
+        if b.state is State.STEP_DEFERRED:
             name = next((n for n, q in self.model.named_parameters() if q is b.params[i]), "?")
             raise RuntimeError(
                 f"mercury.torch: parameter {name!r} was used in this forward pass before its step was applied: "
@@ -522,7 +416,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # p.grad before this one's gradient is added to it.
         self._settle(b)
 
-    def _gradient_ready(self, b: _Bucket, i: int) -> None:
+    def _gradient_ready(self, b: Bucket, i: int) -> None:
         b.used[i] = True
         if not self._sync:
             return
@@ -532,7 +426,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             for bucket in self._buckets:
                 bucket.waiting = len(bucket.params)
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
-        self._grad_time[b.layers[i]] = time.perf_counter()
+        self._timings.gradient_ready(b.layers[i])
         b.waiting -= 1
         self._launch_ready()
 
@@ -550,8 +444,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._launch_ready(all_remaining=True)
         self._backward_queued = False
 
-    def _launch(self, b: _Bucket) -> None:
-        if b.state is not _State.IDLE:
+    def _launch(self, b: Bucket) -> None:
+        if b.state is not State.IDLE:
             self._release(b)   # a reduction this backward did not touch: in place first
         if b.flat is None:
             self._allocate(b)
@@ -572,7 +466,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for p, g in zip(b.params, b.guards):
             p.grad = g
         b.used = [False] * len(b.params)
-        b.state = _State.REDUCING
+        b.state = State.REDUCING
         if self._trace_file:
             b.trace = {"iteration": self.iteration, "bucket": b.index, "lane": b.lane,
                        "bytes": (b.flat.numel() - len(b.params)) * b.flat.element_size(),
@@ -580,7 +474,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self.lanes.when_done(b.work, lambda t=b.trace: t.__setitem__("done", time.perf_counter()))
 
     @staticmethod
-    def _allocate(b: _Bucket) -> None:
+    def _allocate(b: Bucket) -> None:
         """The bucket's flat buffer, kept from launch to launch (as DDP's
         buckets are): a fresh one per launch cost an allocation and a second
         pass over the gradients, on backward's critical path."""
@@ -595,24 +489,24 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     # -- bringing a bucket's reduction into place ---------------------------
 
-    def _release(self, b: _Bucket) -> None:
+    def _release(self, b: Bucket) -> None:
         """Whatever is outstanding for ``b``, in place now."""
-        if b.state is _State.REDUCING:
+        if b.state is State.REDUCING:
             self._settle(b)
-        elif b.state is _State.STEP_DEFERRED:
+        elif b.state is State.STEP_DEFERRED:
             self._finish(b)
 
-    def _wait(self, b: _Bucket) -> None:
+    def _wait(self, b: Bucket) -> None:
         t0 = time.perf_counter()
         b.work.wait()
         t1 = time.perf_counter()
         self.wait_s += t1 - t0
         if self._trace_file and b.trace:
-            b.trace.update(wait_from=t0, wait_until=t1, forward_start=self._forward_start)
+            b.trace.update(wait_from=t0, wait_until=t1, forward_start=self._timings.forward_start)
             self._trace_file.write(json.dumps(b.trace) + "\n")
             b.trace = None
 
-    def _averaged(self, b: _Bucket) -> List[Optional[torch.Tensor]]:
+    def _averaged(self, b: Bucket) -> List[Optional[torch.Tensor]]:
         """Each parameter's gradient after the reduction: the average where
         any worker used it, else what it was (DDP leaves those untouched)."""
         out: List[Optional[torch.Tensor]] = []
@@ -623,7 +517,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 out.append(None if b.was_none[i] else b.real[i])
         return out
 
-    def _settle(self, b: _Bucket) -> None:
+    def _settle(self, b: Bucket) -> None:
         """REDUCING -> IDLE: the averaged gradients in p.grad."""
         self._wait(b)
         for p, value, g in zip(b.params, self._averaged(b), b.guards):
@@ -631,14 +525,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 p.grad = value
         self._clear(b)
 
-    def _finish(self, b: _Bucket) -> None:
+    def _finish(self, b: Bucket) -> None:
         """STEP_DEFERRED -> IDLE: the averaged gradients in p.grad, the step
         step() asked for applied, then what the user did to p.grad since.
         Later buckets of the same step() whose reductions have ended come
         along, in one optimizer call: a call per bucket cost about 0.1 ms
         each, on the forward pass's critical path (BERT-base: 78 of them)."""
         batch = [b] + [c for c in self._buckets[b.index + 1:]
-                       if c.state is _State.STEP_DEFERRED and c.settings is b.settings and c.work.is_completed()]
+                       if c.state is State.STEP_DEFERRED and c.settings is b.settings and c.work.is_completed()]
         for c in batch:   # all of them before any p.grad changes: a failed reduction raises here
             self._wait(c)
         for c in batch:   # the optimizer's own uses of them must not apply the step again
@@ -660,14 +554,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for c in batch:
             self._clear(c)
 
-    def _clear(self, b: _Bucket) -> None:
+    def _clear(self, b: Bucket) -> None:
         b.work = b.settings = None   # b.flat is kept for the next launch
         b.real, b.was_none, b.guards = [], [], []
         b.zero_after = [False] * len(b.params)
-        b.state = _State.IDLE
+        b.state = State.IDLE
 
-    def _zero_later(self, b: _Bucket, i: int) -> bool:
-        if b.state is not _State.STEP_DEFERRED:
+    def _zero_later(self, b: Bucket, i: int) -> bool:
+        if b.state is not State.STEP_DEFERRED:
             return False
         b.zero_after[i] = True
         return True
@@ -688,9 +582,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 g.clear()
                 g.update(old)
 
-    def _settle_parameters(self, b: _Bucket) -> None:
+    def _settle_parameters(self, b: Bucket) -> None:
         """A pending parameter of ``b`` is used: its step is applied now."""
-        if b.state is _State.STEP_DEFERRED:
+        if b.state is State.STEP_DEFERRED:
             self._finish(b)
         for p in b.params:   # whatever happened, none stays pending
             unpend(p)
@@ -709,9 +603,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         mine = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
         deferred: Set[int] = set()
         for b in self._buckets:
-            if b.state is _State.REDUCING:
+            if b.state is State.REDUCING:
                 self._settle(b)   # zeroed before step(): the average is discarded, as under DDP
-            elif b.state is _State.STEP_DEFERRED:
+            elif b.state is State.STEP_DEFERRED:
                 for i, p in enumerate(b.params):
                     if id(p) in mine:
                         deferred.add(id(p))
@@ -741,12 +635,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if not self._finalized:
             raise RuntimeError("mercury.torch: step() before any forward pass with gradients")
         settings = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
-        now: List[_Bucket] = []
+        now: List[Bucket] = []
         for b in self._buckets:
-            if b.state is _State.STEP_DEFERRED:
+            if b.state is State.STEP_DEFERRED:
                 self._finish(b)    # step() twice without a backward: DDP steps twice
-            if b.state is _State.REDUCING:
-                b.state, b.settings = _State.STEP_DEFERRED, settings
+            if b.state is State.REDUCING:
+                b.state, b.settings = State.STEP_DEFERRED, settings
                 if not b.pending:   # once: each parameter it steps, and its pending class
                     classes: Dict[type, type] = {}
                     for p in (p for group in b.group_params for p in group):
@@ -760,7 +654,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if now:
             self._step_params([[p for b in now for p in b.group_params[g]] for g in range(len(settings))], None)
         self.iteration += 1
-        self._report_timings()
+        self._timings.report(self.client, self.iteration, self._layers)
         if self._prioritized and self.iteration % self.resync_every == 0:
             self._resync_lanes()
 
@@ -814,8 +708,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 h.remove()
         self._handles = []
         for m in [self.model] + list(self._hooked):
-            _unhook(m, "_forward_pre_hooks")
-            _unhook(m, "_forward_hooks")
+            unhook(m, "_forward_pre_hooks")
+            unhook(m, "_forward_hooks")
         if len(self.lanes) > 1:
             self.client.release_lanes()
         self.lanes.close()
@@ -826,21 +720,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._trace_file = None
         self._closed = True
 
-    # -- timings and ranks ---------------------------------------------------
-
-    def _report_timings(self) -> None:
-        fwd = [self._fwd_us.get(m, 0.0) for m in self._layers]
-        # Backward of layer i: from the previous gradient (in backward order) to its own.
-        bwd = [0.0] * len(self._layers)
-        prev = self._forward_end
-        for layer, t in sorted(self._grad_time.items(), key=lambda kv: kv[1]):
-            bwd[layer] = max(0.0, (t - prev) * 1e6)
-            prev = t
-        if any(fwd) and self._grad_time:
-            self.client.report_timings(self.iteration, fwd, bwd)
-            self.client.begin_iteration(self.iteration + 1)
-        self._fwd_us.clear()
-        self._grad_time.clear()
+    # -- the lane map --------------------------------------------------------
 
     def _lanes_for(self, ranks: Sequence[int]) -> List[int]:
         """Each layer's lane: its bucket's (mercury.lanemap.bucket_lanes)."""

@@ -53,8 +53,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
-from mercury.contract import NUM_RANKS, rank_lane  # noqa: E402
-from mercury.lanemap import bucket_lanes, index_ranks  # noqa: E402
+from mercury.contract import NUM_RANKS  # noqa: E402
+from mercury.lanemap import bucket_lanes, index_ranks, plan_buckets  # noqa: E402
 from mercury.ps import PARTITION_BYTES, place  # noqa: E402
 
 # Ethernet frame on the wire (tbf counts it) per TCP payload with timestamps.
@@ -252,19 +252,9 @@ def mercury_buckets(layers: Sequence[Layer], lanes: int, bucket_bytes: int = MER
         raise ValueError(f"unknown lane map {lane_map!r}; known: {LANE_MAPS}")
     owners = [i for i, l in enumerate(layers) if l.nbytes]
     ranks_by_index = index_ranks(len(owners))
-    by_index = [rank_lane(r, lanes) for r in ranks_by_index]
-    out: List[Bucket] = []
-    members: List[List[int]] = []
-    size = 0
-    for k, i in enumerate(owners):
-        if not out or size >= bucket_bytes or by_index[k] != out[-1].lane:
-            out.append(Bucket([], 0, by_index[k]))
-            members.append([])
-            size = 0
-        out[-1].layers.append(i)
-        out[-1].nbytes += layers[i].nbytes
-        members[-1].append(k)
-        size += layers[i].nbytes
+    plan = plan_buckets([layers[i].nbytes for i in owners], lanes, bucket_bytes)
+    members = [ks for ks, _ in plan]
+    out = [Bucket([owners[k] for k in ks], sum(layers[owners[k]].nbytes for k in ks), lane) for ks, lane in plan]
     if lane_map != "index":
         ranks = ranks_by_index if lane_map == "index+bytes" else learned_ranks(layers)
         chosen = bucket_lanes(ranks, [layers[i].nbytes for i in owners], members, lanes,

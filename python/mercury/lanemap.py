@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Which lane each layer's gradients take: pure arithmetic, shared by
-mercury.torch and the bench's simulator (experiment/torchsim.py)."""
+"""Which bucket and which lane each layer's gradients take: pure
+arithmetic, shared by mercury.torch and the bench's simulator
+(experiment/torchsim.py), so the simulator schedules the buckets and lanes
+the product makes."""
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from mercury.contract import NUM_RANKS, rank_lane
 
-__all__ = ["index_ranks", "priority_lanes", "bucket_lanes"]
+__all__ = ["index_ranks", "plan_buckets", "priority_lanes", "bucket_lanes"]
 
 
 def index_ranks(layers: int) -> List[int]:
@@ -15,6 +17,27 @@ def index_ranks(layers: int) -> List[int]:
     before it has learned any timing."""
     n = max(1, layers)
     return [i * NUM_RANKS // n for i in range(layers)]
+
+
+def plan_buckets(nbytes: Sequence[int], lanes: int, bucket_bytes: int,
+                 kinds: Optional[Sequence[object]] = None) -> List[Tuple[List[int], int]]:
+    """mercury.torch's buckets over layers of ``nbytes`` (forward order):
+    neighbouring layers until a bucket holds ``bucket_bytes``, never across
+    two lanes of the ranks by index (mercuryd's until it has timings: the
+    lane map later moves whole buckets) nor across two ``kinds`` (dtypes:
+    a bucket is one flat tensor). Each bucket as (its layers, its lane by
+    index)."""
+    by_index = [rank_lane(r, lanes) for r in index_ranks(len(nbytes))]
+    out: List[Tuple[List[int], int]] = []
+    size = 0
+    for layer, n in enumerate(nbytes):
+        if (not out or size >= bucket_bytes or by_index[layer] != out[-1][1]
+                or (kinds is not None and kinds[layer] != kinds[out[-1][0][-1]])):
+            out.append(([], by_index[layer]))
+            size = 0
+        out[-1][0].append(layer)
+        size += n
+    return out
 
 
 def priority_lanes(ranks: Sequence[int], nbytes: Sequence[int], lanes: int) -> List[int]:

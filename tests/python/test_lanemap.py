@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""mercury.lanemap: which lane each layer's gradients take."""
+"""mercury.lanemap: which bucket and lane each layer's gradients take."""
 from __future__ import annotations
 
 import random
@@ -7,7 +7,7 @@ import random
 import pytest
 
 from mercury.contract import NUM_RANKS, rank_lane
-from mercury.lanemap import bucket_lanes, index_ranks, priority_lanes
+from mercury.lanemap import bucket_lanes, index_ranks, plan_buckets, priority_lanes
 
 
 def test_index_ranks_spread_layers_in_order() -> None:
@@ -53,3 +53,17 @@ def test_a_bucket_goes_by_its_own_bytes() -> None:
     assert bucket_lanes(ranks, nbytes, [[0], [1], [2, 3]], 8, prioritized=True) == [0, 0, 4]
     assert priority_lanes(ranks, nbytes, 8)[2] == 0   # the small layer alone would take lane 0
     assert bucket_lanes(ranks, nbytes, [[0], [1], [2, 3]], 8, prioritized=False) == [0, 1, 6]
+
+
+def test_plan_buckets_cuts_at_size_lane_and_kind() -> None:
+    # 8 layers, 8 lanes: every layer its own lane by index, so every layer its own bucket.
+    assert plan_buckets([10] * 8, 8, 1000) == [([i], i) for i in range(8)]
+    # One lane: cut once a bucket holds bucket_bytes (the layer that reaches it stays in).
+    assert plan_buckets([4, 4, 4, 4, 4], 1, 8) == [([0, 1], 0), ([2, 3], 0), ([4], 0)]
+    # A change of kind (dtype) starts a bucket, whatever its size.
+    assert plan_buckets([1, 1, 1, 1], 1, 100, kinds=["f32", "f32", "bf16", "f32"]) == \
+        [([0, 1], 0), ([2], 0), ([3], 0)]
+    # Two lanes by index: layers 0-3 on lane 0, 4-7 on lane 1, never mixed.
+    assert [lane for _, lane in plan_buckets([1] * 8, 2, 100)] == [0, 1]
+    assert plan_buckets([], 8, 100) == []
+

@@ -50,8 +50,8 @@ import torch
 import torch.distributed as dist
 
 import mercury
-from mercury.contract import MAX_LANES, rank_lane
-from mercury.lanemap import bucket_lanes, index_ranks
+from mercury.contract import MAX_LANES
+from mercury.lanemap import bucket_lanes, index_ranks, plan_buckets
 from mercury.torch._buckets import Bucket, State
 from mercury.torch._guard import guard, pend, pending_class, unpend
 from mercury.torch._hooks import hook, unhook
@@ -308,24 +308,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                        for m, n in zip(self._layers, self._layer_bytes)])
             if len(self.lanes) > 1:
                 self.client.subscribe_ranks()
-        # Buckets never span two lanes of the ranks by index (mercuryd's
-        # until it has timings); the lane map then moves whole buckets.
-        by_index = [rank_lane(r, len(self.lanes)) for r in index_ranks(len(self._layers))]
-        bucket: Optional[Bucket] = None
-        size = 0
-        for layer, m in enumerate(self._layers):
-            params = owned[m]
-            lane = by_index[layer]
-            if (bucket is None or size >= self.bucket_bytes or lane != bucket.lane
-                    or params[0].dtype != bucket.params[0].dtype):
-                bucket = Bucket(len(self._buckets), [], [], [], lane)
-                self._buckets.append(bucket)
-                size = 0
-            bucket.params += params
-            bucket.modules.append(m)
-            bucket.layers += [layer] * len(params)
-            size += nbytes(params)
-            self._bucket_of_module[m] = bucket
+        plan = plan_buckets(self._layer_bytes, len(self.lanes), self.bucket_bytes,
+                            [owned[m][0].dtype for m in self._layers])
+        for layers, lane in plan:
+            bucket = Bucket(len(self._buckets), [], [], [], lane)
+            self._buckets.append(bucket)
+            for layer in layers:
+                m = self._layers[layer]
+                bucket.params += owned[m]
+                bucket.modules.append(m)
+                bucket.layers += [layer] * len(owned[m])
+                self._bucket_of_module[m] = bucket
         self._set_lanes(self._lanes_for(index_ranks(len(self._layers))))
         # Each bucket's flat tensor: its gradients and one used-flag per parameter.
         self.lanes.prepare([(sum(p.numel() for p in b.params) + len(b.params), b.params[0].dtype)

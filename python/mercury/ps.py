@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
+from mercury import contract
 from mercury.tcp import set_congestion_control
 
 __all__ = ["PsError", "Connection", "PushPull", "Work", "FrameMac", "read_secret", "weak_secret", "new_id",
@@ -34,7 +35,7 @@ NONCE_BYTES = 32            # ps::kNonceBytes
 MAC_BYTES = 32              # ps::kMacBytes
 TAG_BYTES = 16              # ps::kTagBytes
 MAX_JOB_NAME = 64           # ps::kMaxJobName
-MAX_LANES = 8               # ps::kMaxLanes
+MAX_LANES = contract.MAX_LANES   # ps::kMaxLanes: the trainer's lanes
 MAX_KEYS = 1 << 16          # ps::kMaxKeys
 MAX_ERROR_TEXT = 4096       # ps::kMaxErrorText
 MIN_SECRET_BYTES = 32       # ps::kMinSecretBytes

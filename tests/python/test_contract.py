@@ -19,8 +19,8 @@ PROBE = r"""
 #include "mercury/uapi.h"
 #include "protocol/wire.hpp"
 int main() {
-    std::printf("NUM_RANKS %d\nMAX_LANES %d\nRANK_COUNT %d\nSO_COOKIE %d\n", MERCURY_NUM_RANKS,
-                mercury::proto::kMaxLanes, mercury::proto::kRankCount, SO_COOKIE);
+    std::printf("NUM_RANKS %d\nMAX_LANES %d\nSO_COOKIE %d\n", MERCURY_NUM_RANKS,
+                mercury::proto::kMaxLanes, SO_COOKIE);
     for (int lanes = 1; lanes <= mercury::proto::kMaxLanes; ++lanes)
         for (int lane = 0; lane < lanes; ++lane)
             std::printf("lane_rank %d %d %d\n", lane, lanes, mercury::proto::lane_rank(lane, lanes));
@@ -46,7 +46,7 @@ def value(out: str, name: str) -> int:
 
 
 def test_constants_match_c(c_side: str) -> None:
-    assert contract.NUM_RANKS == value(c_side, "NUM_RANKS") == value(c_side, "RANK_COUNT")
+    assert contract.NUM_RANKS == value(c_side, "NUM_RANKS")
     assert contract.MAX_LANES == value(c_side, "MAX_LANES")
     assert contract.SO_COOKIE == value(c_side, "SO_COOKIE")
     assert mercury.NUM_RANKS == contract.NUM_RANKS and mercury.MAX_LANES == contract.MAX_LANES
@@ -104,7 +104,7 @@ def test_ps_wire_matches_c(tmp_path) -> None:
     from mercury import ps
     src, exe = tmp_path / "probe.cpp", tmp_path / "probe"
     src.write_text(PS_PROBE)
-    subprocess.run(["g++", "-std=c++20", f"-I{TOP}/agent/src", str(src), "-o", str(exe)], check=True)
+    subprocess.run(["g++", "-std=c++20", f"-I{TOP}/include", f"-I{TOP}/agent/src", str(src), "-o", str(exe)], check=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     for name in ("MAGIC", "VERSION", "NONCE_BYTES", "MAC_BYTES", "MAX_JOB_NAME", "MAX_LANES", "MAX_KEYS",
                  "PUSH", "BYE", "ACK_PUSHES", "READY", "PULL", "ERROR", "ACK", "TAG_BYTES", "MAX_ERROR_TEXT",

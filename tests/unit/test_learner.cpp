@@ -84,12 +84,12 @@ TEST_CASE("more layers than ranks group by time, earlier gets more weight", "[pr
     const auto p = compute_priorities(t, n);
     for (size_t i = 1; i < n; ++i) {
         CHECK(p[i].rank >= p[i - 1].rank);   // never more urgent than an earlier layer
-        CHECK(p[i].rank < kRanks);
+        CHECK(p[i].rank < MERCURY_NUM_RANKS);
         if (p[i].rank == p[i - 1].rank)
             CHECK(p[i].weight <= p[i - 1].weight);
     }
     CHECK(p.front().rank == 0);
-    CHECK(p.back().rank == kRanks - 1);
+    CHECK(p.back().rank == MERCURY_NUM_RANKS - 1);
     CHECK(p.front().weight == 32);
 }
 

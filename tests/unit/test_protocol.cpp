@@ -72,7 +72,7 @@ TEST_CASE("lanes cover every rank, each lane starting at its first", "[protocol]
 {
     for (uint8_t lanes = 1; lanes <= kMaxLanes; ++lanes) {
         CHECK(lane_rank(0, lanes) == 0);
-        for (uint8_t rank = 0; rank < kRankCount; ++rank) {
+        for (uint8_t rank = 0; rank < MERCURY_NUM_RANKS; ++rank) {
             const uint8_t lane = rank_lane(rank, lanes);
             REQUIRE(lane < lanes);
             CHECK(lane_rank(lane, lanes) <= rank);

@@ -10,7 +10,7 @@ namespace {
 void assign_weights(std::vector<LayerPriority>& out)
 {
     // Per rank: the deadline span it covers, then interpolate the weight.
-    for (unsigned rank = 0; rank < kRanks; ++rank) {
+    for (unsigned rank = 0; rank < MERCURY_NUM_RANKS; ++rank) {
         uint32_t lo = UINT32_MAX, hi = 0;
         for (const auto& p : out) {
             if (p.rank == rank) {
@@ -42,9 +42,9 @@ std::vector<LayerPriority> compute_priorities(const LayerTimings& timings, size_
         }
     }
     for (size_t i = 0; i < layers; ++i) {
-        const uint64_t slice = learned && total > 0 ? out[i].deadline_us * uint64_t{kRanks} / total
-                                                    : i * uint64_t{kRanks} / std::max<size_t>(layers, 1);
-        out[i].rank = static_cast<uint8_t>(std::min<uint64_t>(slice, kRanks - 1));
+        const uint64_t slice = learned && total > 0 ? out[i].deadline_us * uint64_t{MERCURY_NUM_RANKS} / total
+                                                    : i * uint64_t{MERCURY_NUM_RANKS} / std::max<size_t>(layers, 1);
+        out[i].rank = static_cast<uint8_t>(std::min<uint64_t>(slice, MERCURY_NUM_RANKS - 1));
         if (!learned)
             out[i].deadline_us = static_cast<uint32_t>(i);
     }

@@ -285,7 +285,7 @@ Message decode_body(Type type, Reader& r)
         m.ranks.resize(n);
         r.bytes(m.ranks.data(), n);
         for (const uint8_t rank : m.ranks)
-            if (rank >= kRankCount)
+            if (rank >= MERCURY_NUM_RANKS)
                 r.fail();
         return m;
     }

@@ -50,15 +50,14 @@ constexpr uint16_t kMaxJobWeight = 64;
 // sets of connections ("lanes") and sends each layer's tensors on the lane
 // of its rank. Lane L of N carries ranks [ceil(L*8/N), ceil((L+1)*8/N)) and
 // its connections get the first of them, so any N from 1 to 8 covers all 8.
-constexpr uint8_t kRankCount = MERCURY_NUM_RANKS;
-constexpr uint8_t kMaxLanes = kRankCount;   // a lane per rank at most
+constexpr uint8_t kMaxLanes = MERCURY_NUM_RANKS;   // a lane per rank at most
 constexpr uint8_t lane_rank(uint8_t lane, uint8_t lanes)
 {
-    return static_cast<uint8_t>((lane * kRankCount + lanes - 1) / lanes);
+    return static_cast<uint8_t>((lane * MERCURY_NUM_RANKS + lanes - 1) / lanes);
 }
 constexpr uint8_t rank_lane(uint8_t rank, uint8_t lanes)
 {
-    return static_cast<uint8_t>(rank * lanes / kRankCount);
+    return static_cast<uint8_t>(rank * lanes / MERCURY_NUM_RANKS);
 }
 
 struct Hello {

@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "mercury/uapi.h"
+
 namespace mercury::ps {
 
 static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
@@ -23,7 +25,7 @@ constexpr size_t kNonceBytes = 32;
 constexpr size_t kMacBytes = 32;          // HMAC-SHA256
 constexpr size_t kTagBytes = 16;          // a frame's HMAC-SHA256, truncated
 constexpr size_t kMaxJobName = 64;
-constexpr uint32_t kMaxLanes = 8;
+constexpr uint32_t kMaxLanes = MERCURY_NUM_RANKS;   // the trainer's lanes: one per rank at most
 constexpr uint32_t kMaxKeys = 1u << 16;
 constexpr size_t kMaxErrorText = 4096;    // bytes of an Error's text, at most
 // A secret must resist offline guessing from one recorded handshake: at

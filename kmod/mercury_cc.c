@@ -40,22 +40,8 @@
 
 /* Per-flow state; lives in icsk_ca_priv. */
 struct mercury_sock {
-	struct mercury_ss_round ss;	/* HyStart's delay test, this round */
-	u32 table_gen;		/* mn->gen the priority was resolved at */
-	u32 tag;		/* sk_priority the priority was resolved for */
 	unsigned long expires;	/* jiffies: entry lifetime, if FOUND */
-	struct mercury_hold_state hold;
-	u64 yield_since_us;	/* this run of delayed samples began; 0: none */
-	u32 cnt;		/* weighted-AI accumulator */
-	u32 last_backoff_us;	/* low 32 bits of tcp_mstamp at last yield or cut */
-	u32 holds;		/* times held */
-	u32 census_seen;	/* epoch of its job's census it last counted in */
-	u32 cut_seen;		/* its job's last loss cut it followed or made */
-	u16 weight;		/* MERCURY_WEIGHT_UNIT = one Reno flow */
-	u8 flows;		/* its job's flows here sending, it included */
-	u8 rank;		/* MERCURY_RANK_NONE = unranked */
-	u8 job;			/* MERCURY_JOB_NONE = no job */
-	u8 flags;		/* MERCURY_F_* */
+	MERCURY_SOCK_STATE
 };
 
 struct mercury_params mercury_defaults = {

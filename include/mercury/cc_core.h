@@ -734,4 +734,28 @@ static inline int mercury_sanitize(struct mercury_window *w, __u32 clamp)
 	return fixed;
 }
 
+/*
+ * The per-flow state every glue keeps in icsk_ca_priv, after what the glue
+ * adds itself (the module: its entry's expiry; the BPF program: when to
+ * look the priority up again): one list for the module, the BPF program
+ * and the unit tests, so that the hooks (cc_hooks.h) find the same fields
+ * in each. Largest first, so that no glue pads it.
+ */
+#define MERCURY_SOCK_STATE						\
+	__u64 yield_since_us;	/* this run of delayed samples began; 0: none */ \
+	struct mercury_hold_state hold;					\
+	struct mercury_ss_round ss;	/* HyStart's delay test, this round */ \
+	__u32 table_gen;	/* the table gen the priority was resolved at */ \
+	__u32 tag;		/* sk_priority the priority was resolved for */	\
+	__u32 cnt;		/* weighted-AI accumulator */			\
+	__u32 last_backoff_us;	/* low 32 bits of tcp_mstamp at last yield or cut */ \
+	__u32 holds;		/* times held */				\
+	__u32 census_seen;	/* epoch of its job's census it last counted in */ \
+	__u32 cut_seen;		/* its job's last loss cut it followed or made */ \
+	__u16 weight;		/* MERCURY_WEIGHT_UNIT = one Reno flow */	\
+	__u8 flows;		/* its job's flows here sending, it included */	\
+	__u8 rank;		/* MERCURY_RANK_NONE = unranked */		\
+	__u8 job;		/* MERCURY_JOB_NONE = no job */			\
+	__u8 flags;		/* MERCURY_F_* */
+
 #endif /* MERCURY_CC_CORE_H */

@@ -40,21 +40,7 @@ char _license[] SEC("license") = "GPL";
 /* Per-flow state; lives in icsk_ca_priv, like the module's. */
 struct mercury_sock {
 	__u64 valid_until_ns;	/* look the priority up again after this */
-	struct mercury_hold_state hold;
-	struct mercury_ss_round ss;	/* HyStart's delay test, this round */
-	__u32 table_gen;	/* config gen the priority was resolved at */
-	__u32 tag;		/* sk_priority the priority was resolved for */
-	__u32 cnt;		/* weighted-AI accumulator */
-	__u32 last_backoff_us;	/* low 32 bits of tcp_mstamp at last yield or cut */
-	__u32 holds;		/* times held */
-	__u64 yield_since_us;	/* this run of delayed samples began; 0: none */
-	__u32 census_seen;	/* epoch of its job's census it last counted in */
-	__u32 cut_seen;		/* its job's last loss cut it followed or made */
-	__u16 weight;
-	__u8 flows;		/* its job's flows here sending, it included */
-	__u8 rank;
-	__u8 job;		/* < MERCURY_NUM_JOBS */
-	__u8 flags;
+	MERCURY_SOCK_STATE
 };
 
 struct {

@@ -27,13 +27,7 @@ enum Event {
 };
 
 struct mercury_sock {
-    mercury_ss_round ss;
-    __u32 table_gen, tag;
-    mercury_hold_state hold;
-    __u64 yield_since_us;
-    __u32 cnt, last_backoff_us, holds, census_seen, cut_seen;
-    __u16 weight;
-    __u8 flows, rank, job, flags;
+    MERCURY_SOCK_STATE
 };
 
 struct tcp_sock {

@@ -164,7 +164,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.model = model
         self.optimizer = optimizer
         self.world = dist.get_world_size()
-        self.rank = dist.get_rank()
+        # This worker's index (torch.distributed's rank: in Mercury a rank is a priority).
+        self.worker = dist.get_rank()
         self.bucket_bytes = bucket_bytes
         self.resync_every = resync_every
         self.broadcast_buffers = broadcast_buffers
@@ -178,7 +179,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._trace_file = open(trace, "a") if trace else None
 
         self._owns_client = client is None
-        self.client = client or mercury.Client(os.environ.get("MERCURY_JOB", "torch"), worker_rank=self.rank)
+        self.client = client or mercury.Client(os.environ.get("MERCURY_JOB", "torch"), worker_rank=self.worker)
         ok, why = self._mercury_usable(lanes, congestion_control, agent_timeout)
         # Every worker must agree on the lanes: each is a collective.
         n = lanes if all_true(ok) else 1
@@ -728,7 +729,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _resync_lanes(self) -> None:
         n = len(self._layers)
         lanes = torch.tensor(self._layer_lane, dtype=torch.int32)
-        if self.rank == 0:
+        if self.worker == 0:
             ranks = self.client.layer_ranks()
             if ranks is not None and len(ranks.ranks) == n:
                 lanes = torch.tensor(self._lanes_for(ranks.ranks), dtype=torch.int32)

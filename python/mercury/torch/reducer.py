@@ -12,16 +12,13 @@ line in :data:`BACKENDS`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Optional, Protocol, Sequence, Set, Tuple
 
 import torch
 
-try:
-    from typing import Protocol
-except ImportError:  # pragma: no cover  (Python < 3.8)
-    Protocol = object  # type: ignore[assignment]
-
 import mercury
+from mercury.torch.lanes import Lanes
+from mercury.torch.ps import ServerLanes, check_options
 
 __all__ = ["Reducer", "Backend", "BACKENDS", "reducer_factory"]
 
@@ -75,24 +72,9 @@ class Backend:
     check: Callable[..., None] = lambda **_: None   # (**options): ValueError/TypeError naming the option
 
 
-def _allreduce(n: int) -> Reducer:
-    from mercury.torch.lanes import Lanes
-    return Lanes(n)
-
-
-def _ps(n: int, **options: Any) -> Reducer:
-    from mercury.torch.ps import ServerLanes
-    return ServerLanes(n, **options)
-
-
-def _ps_check(**options: Any) -> None:
-    from mercury.torch.ps import check_options
-    check_options(**options)
-
-
 BACKENDS: Dict[str, Backend] = {
-    "allreduce": Backend(_allreduce),
-    "ps": Backend(_ps, ("servers", "secret", "placement", "partition_bytes", "server_timeout"), _ps_check),
+    "allreduce": Backend(Lanes),
+    "ps": Backend(ServerLanes, ("servers", "secret", "placement", "partition_bytes", "server_timeout"), check_options),
 }
 
 

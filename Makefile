@@ -55,7 +55,7 @@ bpftest: user
 # (scripts/torch-root.sh, made once under build/roots).
 torchtest: deps user
 	tests/torch/run.sh $(USER)
-	tests/torch/run.sh $(USER) "$$(scripts/torch-root.sh)"
+	root=$$(scripts/torch-root.sh) && tests/torch/run.sh $(USER) "$$root"
 
 # mercury-ps against hostile peers and impostor servers, on a sanitizer build (root).
 pstest: user

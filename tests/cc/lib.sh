@@ -216,6 +216,23 @@ flow() {
 	FLOW_PIDS="$FLOW_PIDS $!"
 }
 
+# trace_start NS FILE: every segment and state change of NS's mercury
+# sockets, with the CC's per-flow state, to FILE (mercury-probe trace) until
+# trace_stop: what each flow saw when it yielded, held or cut.
+TRACE_PID=""
+trace_start() {
+	$IP netns exec "$1" mercury-probe trace >"$2" 2>&1 &	# $!: the probe itself
+	TRACE_PID=$!
+	wait_for 100 grep -q '^ready' "$2"
+}
+
+trace_stop() {
+	[ -n "$TRACE_PID" ] || return 0
+	kill "$TRACE_PID"
+	wait "$TRACE_PID" 2>/dev/null
+	TRACE_PID=""
+}
+
 # Wait for the clients started by flow() (not the servers).
 wait_flows() {
 	local pid

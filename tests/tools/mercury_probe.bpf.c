@@ -30,12 +30,22 @@
  *    segment, on an RTO's move to Loss, or at close; unlike the kernel's
  *    WARN_ON_ONCE, every one is counted, not the first per boot. (This
  *    host's kernels have no function tracer: fexit cannot be used.)
+ *  - trace_segment (tp_btf/tcp_probe) and trace_state (tcp_cong_state_set):
+ *    on each segment a mercury socket of one netns takes (before processing
+ *    it) and on each change of its congestion state, a record of its window
+ *    and of the per-flow state the CC keeps in icsk_ca_priv (rank, job,
+ *    held, last back-off), and, where the BPF datapath's pinned state map
+ *    is given, when each job last had data out: what each flow saw when it
+ *    yielded, held or cut. Sent to user space through a ring buffer.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+
+#include <mercury/cc_core.h>
+#include <mercury/bpf_maps.h>
 
 #define TC_ACT_OK	0
 #define TC_ACT_SHOT	2
@@ -213,6 +223,107 @@ SEC("tp_btf/tcp_destroy_sock")
 int BPF_PROG(window_at_close, struct sock *sk)
 {
 	check_window(sk);
+	return 0;
+}
+
+/*
+ * The CC's per-flow state as both datapaths lay it out in icsk_ca_priv: one
+ * 8-byte word of glue (the module's expiry, the BPF program's revalidation
+ * time), then MERCURY_SOCK_STATE (include/mercury/cc_core.h).
+ */
+struct traced_sock {
+	__u64 glue;
+	MERCURY_SOCK_STATE
+};
+
+/* The BPF datapath's per-netns state, reused from its pin (or left empty). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MERCURY_BPF_MAX_NETNS);
+	__type(key, __u64);
+	__type(value, struct mercury_bpf_state);
+} mercury_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 24);
+} trace_events SEC(".maps");
+
+__u64 trace_lost;	/* records the ring buffer had no room for */
+
+struct mercury_trace_record {
+	__u64 t_ns;			/* bpf_ktime_get_ns() */
+	__u64 job_active_us[MERCURY_NUM_JOBS];	/* 0: unknown */
+	__u64 mstamp_us;		/* the socket's tcp_mstamp */
+	__u32 cwnd, ssthresh, srtt_us, min_rtt_us, packets_out, unsent;
+	__u32 last_backoff_us, holds, delivered;
+	__u16 sport, dport;
+	__u16 weight;
+	__u8 rank, job, flags, flows, ca_state, kind;	/* kind: 0 segment, 1 state change */
+	__u8 new_state, pad[5];
+};
+
+static __always_inline void trace(const struct sock *sk, __u8 kind, __u8 new_state)
+{
+	const struct inet_connection_sock *icsk = (const void *)sk;
+	const struct tcp_sock *tp = (const void *)sk;
+	struct mercury_bpf_state *st;
+	struct mercury_trace_record *ev;
+	struct traced_sock ca;
+	__u64 cookie;
+	__u32 write_seq, snd_nxt;
+
+	cookie = BPF_CORE_READ(sk, __sk_common.skc_net.net, net_cookie);
+	if (cookie != netns_cookie || !is_mercury(sk))
+		return;
+	if (bpf_probe_read_kernel(&ca, sizeof(ca), icsk->icsk_ca_priv))
+		return;
+	ev = bpf_ringbuf_reserve(&trace_events, sizeof(*ev), 0);
+	if (!ev) {
+		__sync_fetch_and_add(&trace_lost, 1);
+		return;
+	}
+	__builtin_memset(ev, 0, sizeof(*ev));
+	ev->t_ns = bpf_ktime_get_ns();
+	st = bpf_map_lookup_elem(&mercury_state, &cookie);
+	if (st)
+		__builtin_memcpy(ev->job_active_us, st->job_active_us, sizeof(ev->job_active_us));
+	ev->mstamp_us = BPF_CORE_READ(tp, tcp_mstamp);
+	ev->cwnd = BPF_CORE_READ(tp, snd_cwnd);
+	ev->ssthresh = BPF_CORE_READ(tp, snd_ssthresh);
+	ev->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
+	ev->min_rtt_us = BPF_CORE_READ(tp, rtt_min.s[0].v);
+	ev->packets_out = BPF_CORE_READ(tp, packets_out);
+	write_seq = BPF_CORE_READ(tp, write_seq);
+	snd_nxt = BPF_CORE_READ(tp, snd_nxt);
+	ev->unsent = write_seq - snd_nxt;
+	ev->delivered = BPF_CORE_READ(tp, delivered);
+	ev->last_backoff_us = ca.last_backoff_us;
+	ev->holds = ca.holds;
+	ev->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	ev->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	ev->weight = ca.weight;
+	ev->rank = ca.rank;
+	ev->job = ca.job;
+	ev->flags = ca.flags;
+	ev->flows = ca.flows;
+	ev->ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
+	ev->kind = kind;
+	ev->new_state = new_state;
+	bpf_ringbuf_submit(ev, 0);
+}
+
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(trace_segment, struct sock *sk, struct sk_buff *skb)
+{
+	trace(sk, 0, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_cong_state_set")
+int BPF_PROG(trace_state, struct sock *sk, __u8 ca_state)
+{
+	trace(sk, 1, ca_state);
 	return 0;
 }
 

@@ -34,8 +34,18 @@
 //       SIGINT or SIGTERM. Prints "ready" once attached, and a line
 //       "windows seq=K checks=N bad_windows=B bad_ssthresh=S last=..." on
 //       each SIGUSR1 (K counts them) and at the end.
+//   mercury-probe trace [--state-pin PATH]
+//       One line per segment a mercury socket of this netns takes (before
+//       the kernel processes it) and per change of its congestion state,
+//       until SIGINT or SIGTERM: its window, RTTs, data out, and the CC's
+//       per-flow state (rank, job, flags, last back-off); with the BPF
+//       datapath, also how long ago each job last had data out here, read
+//       from its state map (default pin MERCURY_BPF_PIN_DIR/mercury_state;
+//       without it, "-"). Columns in the header line, after "ready".
+//       For finding out why a flow yielded, held or cut, from what it saw.
 //
 // Programs and why: tests/tools/mercury_probe.bpf.c.
+#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
 #include <net/if.h>
@@ -55,6 +65,8 @@
 #include <string_view>
 #include <thread>
 
+#include <mercury/bpf_maps.h>
+
 #include "mercury_probe.skel.h"
 #include "parse_number.hpp"
 
@@ -73,7 +85,7 @@ constexpr int SO_NETNS_COOKIE = 71;
 [[noreturn]] void usage()
 {
     die("usage: mercury-probe drop --dev IF [--dev-netns NS] --sport PORT [--count K] "
-        "[--retransmits R [--until-sport PORT2]] [--until-recovery [--signal PID]] [--timeout-ms MS] | recoveries | windows | lossy --dev IF [--dev-netns NS] --ppm N");
+        "[--retransmits R [--until-sport PORT2]] [--until-recovery [--signal PID]] [--timeout-ms MS] | recoveries | windows | lossy --dev IF [--dev-netns NS] --ppm N | trace [--state-pin PATH]");
 }
 
 std::string errno_text(int err)
@@ -109,6 +121,8 @@ Skeleton open_probe(bool tc, bool tracepoint, bool windows = false)
     bpf_program__set_autoload(skel->progs.window_on_segment, windows);
     bpf_program__set_autoload(skel->progs.window_on_state, windows);
     bpf_program__set_autoload(skel->progs.window_at_close, windows);
+    bpf_program__set_autoload(skel->progs.trace_segment, false);
+    bpf_program__set_autoload(skel->progs.trace_state, false);
     return skel;
 }
 
@@ -413,6 +427,102 @@ int run_windows(int argc)
     }
 }
 
+struct TraceEvent {  // struct mercury_trace_record of mercury_probe.bpf.c
+    uint64_t t_ns;
+    uint64_t job_active_us[MERCURY_NUM_JOBS];
+    uint64_t mstamp_us;
+    uint32_t cwnd, ssthresh, srtt_us, min_rtt_us, packets_out, unsent;
+    uint32_t last_backoff_us, holds, delivered;
+    uint16_t sport, dport;
+    uint16_t weight;
+    uint8_t rank, job, flags, flows, ca_state, kind;
+    uint8_t new_state, pad[5];
+};
+
+struct TraceState {
+    bool have_state_map = false;
+};
+
+// One line per record; job ages in µs from the socket's own clock (a stamp
+// from another CPU may be a little ahead: 0).
+int print_trace_event(void* ctx, void* data, size_t size)
+{
+    if (size < sizeof(TraceEvent))
+        return 0;
+    const auto* st = static_cast<const TraceState*>(ctx);
+    TraceEvent e;
+    std::memcpy(&e, data, sizeof(e));
+    std::printf("%llu %u %u %s %u %u %u %u %u %u %u %u %u %u %u 0x%x %u %u %u %u ",
+                static_cast<unsigned long long>(e.t_ns / 1000), e.sport, e.dport, e.kind ? "state" : "seg",
+                e.kind ? e.new_state : e.ca_state, e.cwnd, e.ssthresh, e.srtt_us, e.min_rtt_us, e.packets_out,
+                e.unsent, e.delivered, e.rank, e.job, e.weight, e.flags, e.flows, e.holds, e.last_backoff_us,
+                static_cast<unsigned>(e.mstamp_us));
+    if (!st->have_state_map) {
+        std::printf("-\n");
+        return 0;
+    }
+    bool any = false;
+    for (unsigned j = 0; j < MERCURY_NUM_JOBS; ++j) {
+        const uint64_t t = e.job_active_us[j];
+        if (!t)
+            continue;
+        std::printf("%s%u:%llu", any ? "," : "", j,
+                    static_cast<unsigned long long>(t < e.mstamp_us ? e.mstamp_us - t : 0));
+        any = true;
+    }
+    std::printf("%s\n", any ? "" : "none");
+    return 0;
+}
+
+int run_trace(int argc, char** argv)
+{
+    std::string pin = std::string(MERCURY_BPF_PIN_DIR) + "/mercury_state";
+    if (argc == 4 && std::string_view(argv[2]) == "--state-pin")
+        pin = argv[3];
+    else if (argc != 2)
+        usage();
+    Skeleton skel = open_probe(false, false);
+    bpf_program__set_autoload(skel->progs.trace_segment, true);
+    bpf_program__set_autoload(skel->progs.trace_state, true);
+    skel->rodata->netns_cookie = own_netns_cookie();
+    TraceState state;
+    const int pinned = bpf_obj_get(pin.c_str());
+    if (pinned >= 0) {
+        if (const int err = bpf_map__reuse_fd(skel->maps.mercury_state, pinned))
+            die("using " + pin + ": " + errno_text(err));
+        ::close(pinned);
+        state.have_state_map = true;
+    } else if (errno != ENOENT) {
+        die("opening " + pin + ": " + errno_text(errno));
+    }
+    load(skel.get());
+    Link seg(bpf_program__attach(skel->progs.trace_segment), bpf_link__destroy);
+    Link cong(bpf_program__attach(skel->progs.trace_state), bpf_link__destroy);
+    if (!seg || !cong)
+        die("attaching to tcp_probe and tcp_cong_state_set: " + errno_text(errno));
+    std::unique_ptr<ring_buffer, decltype(&ring_buffer__free)> rb(
+        ring_buffer__new(bpf_map__fd(skel->maps.trace_events), print_trace_event, &state, nullptr),
+        ring_buffer__free);
+    if (!rb)
+        die("opening the ring buffer: " + errno_text(errno));
+    sigset_t stop = block_stop_signals();
+    std::printf("ready\n");
+    std::printf("# t_us sport dport kind ca_state cwnd ssthresh srtt_us min_rtt_us packets_out unsent "
+                "delivered rank job weight flags flows holds last_backoff_us mstamp_us job_ages_us\n");
+    std::fflush(stdout);
+    const timespec zero{};
+    while (sigtimedwait(&stop, nullptr, &zero) < 0) {
+        const int n = ring_buffer__poll(rb.get(), 100);
+        if (n < 0 && n != -EINTR)
+            die("polling the ring buffer: " + errno_text(n));
+    }
+    seg.reset();
+    cong.reset();
+    ring_buffer__consume(rb.get());
+    std::printf("# lost=%llu\n", static_cast<unsigned long long>(skel->bss->trace_lost));
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -428,5 +538,7 @@ int main(int argc, char** argv)
         return run_windows(argc);
     if (mode == "lossy")
         return run_lossy(argc, argv);
+    if (mode == "trace")
+        return run_trace(argc, argv);
     usage();
 }

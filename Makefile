@@ -35,7 +35,7 @@ user:
 	cmake --build $(USER) -j$(JOBS)
 
 $(INITRD): kmod-guest user guest
-	scripts/vm/build-initramfs.sh $@ $(KO) $(USER)/bin $(USER)/tests/bin
+	scripts/vm/build-initramfs.sh $@ $(KO) $(USER)/bin $(USER)/tests/bin $(USER)/lib
 
 # Debian packages: mercury, python3-mercury, mercury-dkms (build/deb/*.deb).
 deb: deps

@@ -20,6 +20,8 @@ cd "$top/tests/cc"
 . ./behaviour.sh
 . ./agent.sh
 . ./jobs.sh
+. ./nccl.sh
+NCCL_PLUGIN=$build/lib/libnccl-net-mercury.so
 SCRIPTS=$top/experiment PROFILES=$top/experiment/profiles
 . ./replay.sh
 SUITE=bpf
@@ -401,7 +403,7 @@ if [ -n "${ONLY:-}" ]; then
 fi
 run_test register
 run_test concurrent_writers
-for t in $BEHAVIOUR_TESTS $AGENT_TESTS $JOBS_TESTS replay_modes; do
+for t in $BEHAVIOUR_TESTS $AGENT_TESTS $JOBS_TESTS $NCCL_TESTS replay_modes; do
 	run_test "$t"
 done
 run_test unregister

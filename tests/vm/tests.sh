@@ -8,6 +8,8 @@
 . ./behaviour.sh
 . ./agent.sh
 . ./jobs.sh
+. ./nccl.sh
+NCCL_PLUGIN=/mercury/bin/libnccl-net-mercury.so
 . ./replay.sh
 
 KO=/lib/modules/$(uname -r)/extra/tcp_mercury.ko
@@ -279,7 +281,7 @@ test_unit_caps() {
 }
 
 TESTS="module_params autoload $BEHAVIOUR_TESTS ss_info netlink_bad_input netlink_random_fuzz netns_delete global_cap
-	scale memcg $AGENT_TESTS $JOBS_TESTS unit_caps agent_module_reload replay_modes unload boot_files"
+	scale memcg $AGENT_TESTS $JOBS_TESTS $NCCL_TESTS unit_caps agent_module_reload replay_modes unload boot_files"
 # MERCURY_VM_TESTS=a,b MERCURY_VM_REPEAT=N make vmtest (scripts/vm/run.sh):
 # only those, N times over, after autoload (which loads the module).
 only=$(sed -n 's/.*mercury\.tests=\([^ ]*\).*/\1/p' /proc/cmdline | tr , ' ')

@@ -257,6 +257,7 @@ struct mercury_trace_record {
 	__u64 mstamp_us;		/* the socket's tcp_mstamp */
 	__u32 cwnd, ssthresh, srtt_us, min_rtt_us, packets_out, unsent;
 	__u32 last_backoff_us, holds, delivered;
+	__u32 last_rtt_us;		/* the newest RTT sample (RACK's) */
 	__u16 sport, dport;
 	__u16 weight;
 	__u8 rank, job, flags, flows, ca_state, kind;	/* kind: 0 segment, 1 state change */
@@ -298,6 +299,7 @@ static __always_inline void trace(const struct sock *sk, __u8 kind, __u8 new_sta
 	snd_nxt = BPF_CORE_READ(tp, snd_nxt);
 	ev->unsent = write_seq - snd_nxt;
 	ev->delivered = BPF_CORE_READ(tp, delivered);
+	ev->last_rtt_us = BPF_CORE_READ(tp, rack.rtt_us);
 	ev->last_backoff_us = ca.last_backoff_us;
 	ev->holds = ca.holds;
 	ev->sport = BPF_CORE_READ(sk, __sk_common.skc_num);

@@ -433,6 +433,7 @@ struct TraceEvent {  // struct mercury_trace_record of mercury_probe.bpf.c
     uint64_t mstamp_us;
     uint32_t cwnd, ssthresh, srtt_us, min_rtt_us, packets_out, unsent;
     uint32_t last_backoff_us, holds, delivered;
+    uint32_t last_rtt_us;
     uint16_t sport, dport;
     uint16_t weight;
     uint8_t rank, job, flags, flows, ca_state, kind;
@@ -452,11 +453,11 @@ int print_trace_event(void* ctx, void* data, size_t size)
     const auto* st = static_cast<const TraceState*>(ctx);
     TraceEvent e;
     std::memcpy(&e, data, sizeof(e));
-    std::printf("%llu %u %u %s %u %u %u %u %u %u %u %u %u %u %u 0x%x %u %u %u %u ",
+    std::printf("%llu %u %u %s %u %u %u %u %u %u %u %u %u %u %u 0x%x %u %u %u %u %u ",
                 static_cast<unsigned long long>(e.t_ns / 1000), e.sport, e.dport, e.kind ? "state" : "seg",
                 e.kind ? e.new_state : e.ca_state, e.cwnd, e.ssthresh, e.srtt_us, e.min_rtt_us, e.packets_out,
                 e.unsent, e.delivered, e.rank, e.job, e.weight, e.flags, e.flows, e.holds, e.last_backoff_us,
-                static_cast<unsigned>(e.mstamp_us));
+                static_cast<unsigned>(e.mstamp_us), e.last_rtt_us);
     if (!st->have_state_map) {
         std::printf("-\n");
         return 0;
@@ -508,7 +509,7 @@ int run_trace(int argc, char** argv)
     sigset_t stop = block_stop_signals();
     std::printf("ready\n");
     std::printf("# t_us sport dport kind ca_state cwnd ssthresh srtt_us min_rtt_us packets_out unsent "
-                "delivered rank job weight flags flows holds last_backoff_us mstamp_us job_ages_us\n");
+                "delivered rank job weight flags flows holds last_backoff_us mstamp_us last_rtt_us job_ages_us\n");
     std::fflush(stdout);
     const timespec zero{};
     while (sigtimedwait(&stop, nullptr, &zero) < 0) {

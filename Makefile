@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod kmod-guest user deb test unit bpftest torchtest pstest vmtest systemdtest fuzz bench bench-jobs bench-gap bench-torch bench-ps bench-ps-cost bench-cc bench-agent demo install clean guest
+.PHONY: all deps kmod kmod-guest user deb test unit bpftest torchtest pstest vmtest systemdtest fuzz bench bench-jobs bench-gap bench-nccl bench-torch bench-ps bench-ps-cost bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -103,6 +103,12 @@ bench-jobs: deps user
 # schedule; build/bench-gap.{md,json,png}.
 bench-gap: deps user
 	experiment/bench/bench-gap.sh $(BUILD)/bench-gap
+
+# One connection of the NCCL plugin against iperf3 with as many streams, on
+# an unshaped link between two namespaces; build/bench-nccl.txt.
+bench-nccl: deps user
+	command -v iperf3 >/dev/null || apt-get install -y iperf3
+	experiment/bench/bench-nccl.sh $(USER) | tee $(BUILD)/bench-nccl.txt
 
 # Real PyTorch on the emulated cluster: DDP vs mercury.torch (one lane,
 # lanes on cubic, lanes with priorities); build/bench-torch.{md,json,png}.

@@ -16,8 +16,9 @@
 //   mercury-nccl-harness send PLUGIN --handle FILE --class C [--version V] [--seconds S]
 //       One connection between two processes (network namespaces): listen
 //       writes its handle to FILE and receives for S seconds; send reads it,
-//       connects with traffic class C (-1: unset) and sends 1 MiB messages
-//       for S seconds. Each prints "bytes=N seconds=T" at the end.
+//       connects with traffic class C (-1: unset) and sends 1 MiB messages,
+//       8 in flight as NCCL keeps its steps, for S seconds. Each prints
+//       "bytes=N in_window=M seconds=T": M the bytes done within the S s.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -635,6 +636,43 @@ bool unhex(const std::string& s, char* out, size_t n)
     return true;
 }
 
+// NCCL keeps up to NCCL_STEPS (8) steps of a connection in flight.
+constexpr int kDepth = 8;
+
+// Keeps kDepth requests in flight (post() makes one; nullptr: try again)
+// until @until, then lets them finish; returns the bytes their tests
+// reported (*in_window: those done before @until). A failed test ends it:
+// before @until that is an error (-1); after it, the peer that finished
+// first closing the connection.
+int64_t stream(Plugin& p, Clock::time_point until, const std::function<void*(int slot)>& post, int64_t* in_window)
+{
+    void* inflight[kDepth] = {};
+    int64_t bytes = 0;
+    bool open = true;
+    for (;;) {
+        bool any = false;
+        for (int i = 0; i < kDepth; ++i) {
+            if (!inflight[i] && open && Clock::now() < until)
+                inflight[i] = post(i);
+            if (!inflight[i])
+                continue;
+            any = true;
+            int done = 0, sizes[wire::kMaxGroup] = {};
+            if (p.test(inflight[i], &done, sizes) != ncclSuccess)
+                return Clock::now() < until ? -1 : bytes;
+            if (done) {
+                bytes += sizes[0];
+                if (Clock::now() < until)
+                    *in_window += sizes[0];
+                inflight[i] = nullptr;
+            }
+        }
+        open = open && Clock::now() < until;
+        if (!open && !any)
+            return bytes;
+    }
+}
+
 int run_pair(bool listen_side, const std::string& path, int version, const std::string& handle_file, int traffic_class,
              double seconds)
 {
@@ -643,10 +681,10 @@ int run_pair(bool listen_side, const std::string& path, int version, const std::
         return 1;
     char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
     constexpr size_t kMsg = 1u << 20;
-    std::vector<char> buf(kMsg, 'm');
-    uint64_t bytes = 0;
+    std::vector<std::vector<char>> bufs(kDepth, std::vector<char>(kMsg, 'm'));
     const auto t0 = Clock::now();
-    const auto until = t0 + std::chrono::duration<double>(seconds);
+    const Clock::time_point until = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    int64_t bytes = -1, in_window = 0;
     if (listen_side) {
         void* listen = nullptr;
         if (p.listen(handle, &listen) != ncclSuccess)
@@ -658,21 +696,14 @@ int run_pair(bool listen_side, const std::string& path, int version, const std::
         }
         std::printf("ready\n");
         std::fflush(stdout);
-        while (recv && Clock::now() < until) {
-            void* data = buf.data();
-            size_t cap = buf.size();
-            int tag = 0;
-            void* req = nullptr;
-            if (p.irecv(recv, 1, &data, &cap, &tag, &req) != ncclSuccess)
-                break;
-            if (!req)
-                continue;
-            std::vector<void*> reqs{req};
-            std::vector<std::vector<int>> sizes;
-            if (wait_all(p, reqs, &sizes, std::chrono::seconds(60)) != ncclSuccess)
-                break;
-            bytes += static_cast<uint64_t>(sizes[0][0]);
-        }
+        if (recv)
+            bytes = stream(p, until, [&](int slot) {
+                void* data = bufs[static_cast<size_t>(slot)].data();
+                size_t cap = kMsg;
+                int tag = 0;
+                void* req = nullptr;
+                return p.irecv(recv, 1, &data, &cap, &tag, &req) == ncclSuccess ? req : nullptr;
+            }, &in_window);
     } else {
         std::string line;
         const auto deadline = Clock::now() + std::chrono::seconds(10);
@@ -685,21 +716,17 @@ int run_pair(bool listen_side, const std::string& path, int version, const std::
         }
         std::printf("ready\n");
         std::fflush(stdout);
-        while (send && Clock::now() < until) {
-            void* req = nullptr;
-            if (p.isend(send, buf.data(), buf.size(), 0, &req) != ncclSuccess)
-                break;
-            if (!req)
-                continue;
-            std::vector<void*> reqs{req};
-            if (wait_all(p, reqs, nullptr, std::chrono::seconds(60)) != ncclSuccess)
-                break;
-            bytes += kMsg;
-        }
+        if (send)
+            bytes = stream(p, until, [&](int slot) {
+                void* req = nullptr;
+                return p.isend(send, bufs[static_cast<size_t>(slot)].data(), kMsg, 0, &req) == ncclSuccess ? req
+                                                                                                      : nullptr;
+            }, &in_window);
     }
     const double t = std::chrono::duration<double>(Clock::now() - t0).count();
-    std::printf("bytes=%llu seconds=%.3f\n", static_cast<unsigned long long>(bytes), t);
-    return 0;
+    std::printf("bytes=%lld in_window=%lld seconds=%.3f\n", static_cast<long long>(bytes),
+                static_cast<long long>(in_window), t);
+    return bytes < 0 ? 1 : 0;
 }
 
 [[noreturn]] void usage()

@@ -54,6 +54,7 @@
 #include "mercury/uapi.h"
 #include "parse_number.hpp"
 #include "common/unique_fd.hpp"
+#include <mercury/client.hpp>
 
 namespace {
 
@@ -304,8 +305,9 @@ mercury::UniqueFd open_connection(const Options& o, const mercury::Endpoint& rem
     mercury::UniqueFd sock(::socket(remote.family, SOCK_STREAM, 0));
     if (sock.get() < 0)
         die_errno("socket");
-    if (!o.cc.empty() && setsockopt(sock.get(), IPPROTO_TCP, TCP_CONGESTION, o.cc.data(), o.cc.size()) < 0)
-        die_errno("TCP_CONGESTION " + o.cc);
+    if (!o.cc.empty())
+        if (const std::string why = mercury::set_congestion_control(sock.get(), o.cc); !why.empty())
+            die(why);
     if (o.prio && setsockopt(sock.get(), SOL_SOCKET, SO_PRIORITY, &*o.prio, sizeof(*o.prio)) < 0)
         die_errno("SO_PRIORITY");
     // Discard unsent data on close so one test's leftovers never load the next.
@@ -325,9 +327,9 @@ mercury::UniqueFd open_connection(const Options& o, const mercury::Endpoint& rem
     }
     if (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), len) < 0)
         die_errno("connect " + remote.to_string());
-    if (!o.cc_after_connect.empty() && setsockopt(sock.get(), IPPROTO_TCP, TCP_CONGESTION, o.cc_after_connect.data(),
-                                                  o.cc_after_connect.size()) < 0)
-        die_errno("TCP_CONGESTION " + o.cc_after_connect);
+    if (!o.cc_after_connect.empty())
+        if (const std::string why = mercury::set_congestion_control(sock.get(), o.cc_after_connect); !why.empty())
+            die(why);
     return sock;
 }
 

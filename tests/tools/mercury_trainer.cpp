@@ -53,8 +53,9 @@ int connect_tcp(const mercury::Endpoint& ep, const std::string& cc)
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
         die("socket");
-    if (!cc.empty() && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc.data(), cc.size()) < 0)
-        die("TCP_CONGESTION " + cc + ": " + std::strerror(errno));
+    if (!cc.empty())
+        if (const std::string why = mercury::set_congestion_control(fd, cc); !why.empty())
+            die(why);
     const linger abort_on_close{1, 0};
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close));
     sockaddr_in sin{};

@@ -352,57 +352,87 @@ void check_mismatch(Plugin& p, void* listen, char* handle, const std::string& wh
     p.close_recv(recv);
 }
 
-// A sender killed mid-message (its kernel closes the sockets): the
-// receive fails at once, with ncclRemoteError, never hangs.
-void check_killed_peer(Plugin& p, void* listen, char* handle)
+std::string hex(const char* p, size_t n)
 {
-    const size_t size = 256u << 20;
-    int ready[2];
-    if (::pipe(ready) != 0) {
-        fail("peer-killed", "pipe");
-        return;
+    static const char* digits = "0123456789abcdef";
+    std::string s;
+    for (size_t i = 0; i < n; ++i) {
+        s += digits[(p[i] >> 4) & 0xf];
+        s += digits[p[i] & 0xf];
+    }
+    return s;
+}
+
+bool unhex(const std::string& s, char* out, size_t n)
+{
+    if (s.size() < 2 * n)
+        return false;
+    for (size_t i = 0; i < n; ++i)
+        out[i] = static_cast<char>(std::stoi(s.substr(2 * i, 2), nullptr, 16));
+    return true;
+}
+
+// A sender killed while it streams (its kernel closes its sockets): the
+// receives fail with ncclRemoteError, never hang. The sender is another
+// process started from this program (its `send` mode), as a peer rank is:
+// a forked copy of this one would inherit libmercury's state without its
+// thread.
+void check_killed_peer(Plugin& p, void* listen, char* handle, const std::string& plugin_path)
+{
+    const std::string file = "/tmp/mercury-nccl-harness-" + std::to_string(::getpid()) + ".handle";
+    {
+        std::ofstream(file + ".tmp") << hex(handle, NCCL_NET_HANDLE_MAXSIZE) << "\n";
+        std::filesystem::rename(file + ".tmp", file);
     }
     const pid_t child = ::fork();
     if (child == 0) {
-        void* send = nullptr;
-        while (!send && p.connect(handle, &send, -1) == ncclSuccess) {
-        }
-        std::vector<char> out(size, 'k');
-        void* req = nullptr;
-        p.isend(send, out.data(), out.size(), 1, &req);
-        // Part of it only: the plugin moves bytes when NCCL calls in, and
-        // isend called once (with 64 sockets, a few dozen test() calls could
-        // hand all 256 MiB to the kernel, which delivers it after the kill).
-        (void)!::write(ready[1], "x", 1);
-        ::pause();
-        ::_exit(0);
+        const int devnull = ::open("/dev/null", O_WRONLY);
+        ::dup2(devnull, 1);
+        ::dup2(devnull, 2);
+        ::execl("/proc/self/exe", "mercury-nccl-harness", "send", plugin_path.c_str(), "--handle", file.c_str(),
+                "--seconds", "60", static_cast<char*>(nullptr));
+        ::_exit(127);
     }
     void* recv = nullptr;
     const auto deadline = Clock::now() + std::chrono::seconds(10);
     while (!recv && Clock::now() < deadline && p.accept(listen, &recv) == ncclSuccess) {
     }
-    std::vector<char> in(size);
-    void* data = in.data();
-    size_t cap = in.size();
-    int tag = 1;
-    void* rreq = nullptr;
-    if (recv)
-        p.irecv(recv, 1, &data, &cap, &tag, &rreq);
-    char c;
-    (void)!::read(ready[0], &c, 1);
-    ::kill(child, SIGKILL);
-    ::waitpid(child, nullptr, 0);
-    const auto t0 = Clock::now();
-    std::vector<void*> reqs{rreq};
-    const ncclResult_t r = rreq ? wait_all(p, reqs, nullptr, std::chrono::seconds(20)) : ncclSystemError;
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-    expect(r == ncclRemoteError, "peer-killed",
-           "sender killed mid-message: the receive ended with " + std::to_string(r) + " after " + std::to_string(ms) +
-               " ms (ncclRemoteError is " + std::to_string(ncclRemoteError) + ")");
+    std::vector<char> in(1u << 20);
+    uint64_t received = 0;
+    bool killed = false;
+    ncclResult_t r = recv ? ncclSuccess : ncclSystemError;
+    Clock::time_point t0{};
+    const auto give_up = Clock::now() + std::chrono::seconds(30);
+    while (r == ncclSuccess && Clock::now() < give_up) {
+        void* data = in.data();
+        size_t cap = in.size();
+        int tag = 0;
+        void* rreq = nullptr;
+        r = p.irecv(recv, 1, &data, &cap, &tag, &rreq);
+        if (r != ncclSuccess || !rreq)
+            continue;
+        int done = 0, size = 0;
+        while (!done && (r = p.test(rreq, &done, &size)) == ncclSuccess && Clock::now() < give_up) {
+        }
+        received += done ? static_cast<uint64_t>(size) : 0;
+        if (!killed && received >= (8u << 20)) {
+            ::kill(child, SIGKILL);
+            ::waitpid(child, nullptr, 0);
+            killed = true;
+            t0 = Clock::now();
+        }
+    }
+    if (!killed) {
+        ::kill(child, SIGKILL);
+        ::waitpid(child, nullptr, 0);
+    }
+    const auto ms = killed ? std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count() : -1;
+    expect(killed && r == ncclRemoteError, "peer-killed",
+           "sender killed after " + std::to_string(received >> 20) + " MiB: receives ended with " + std::to_string(r) +
+               " " + std::to_string(ms) + " ms later (ncclRemoteError is " + std::to_string(ncclRemoteError) + ")");
     if (recv)
         p.close_recv(recv);
-    ::close(ready[0]);
-    ::close(ready[1]);
+    std::filesystem::remove(file);
 }
 
 // A raw TCP connection to the listener, as the handle names it.
@@ -608,33 +638,13 @@ int selftest(const std::string& path, int version)
     check_hostile(p, listen, handle);
     const char* t = std::getenv("MERCURY_NCCL_TIMEOUT_MS");
     check_stalled_peer(p, listen, *reinterpret_cast<wire::Handle*>(handle), t ? static_cast<uint32_t>(std::atoi(t)) : 30000);
-    check_killed_peer(p, listen, handle);
+    check_killed_peer(p, listen, handle, path);
     p.close_listen(listen);
     p.finalize();
     return failures ? 1 : 0;
 }
 
 // ---- two processes -----------------------------------------------------------
-
-std::string hex(const char* p, size_t n)
-{
-    static const char* digits = "0123456789abcdef";
-    std::string s;
-    for (size_t i = 0; i < n; ++i) {
-        s += digits[(p[i] >> 4) & 0xf];
-        s += digits[p[i] & 0xf];
-    }
-    return s;
-}
-
-bool unhex(const std::string& s, char* out, size_t n)
-{
-    if (s.size() < 2 * n)
-        return false;
-    for (size_t i = 0; i < n; ++i)
-        out[i] = static_cast<char>(std::stoi(s.substr(2 * i, 2), nullptr, 16));
-    return true;
-}
 
 // NCCL keeps up to NCCL_STEPS (8) steps of a connection in flight.
 constexpr int kDepth = 8;

@@ -37,13 +37,14 @@ $(result_field /tmp/flow-urgent acked) bytes" \
 # no entry, an unranked flow).
 # Prints the first's share over the second's. a's delay_backoffs 6 s in,
 # while both still send, go to /tmp/jobs-LABEL-backoffs (once one flow has
-# ended the other's queue is its own, and it may yield to it); a's trace
-# (trace_start) to /tmp/trace-jobs-LABEL.
+# ended the other's queue is its own, and it may yield to it). With
+# JOBS_TRACE set, a's trace (trace_start) goes to /tmp/trace-jobs-LABEL
+# (only where a check reads it: tracing costs CPU on every segment).
 jobs_pair() {
 	ctl a flush
 	[ "$2" = none ] || ctl a tag set 14 $2
 	ctl a tag set 15 $3
-	trace_start a "/tmp/trace-jobs-$1"
+	[ -z "${JOBS_TRACE:-}" ] || trace_start a "/tmp/trace-jobs-$1"
 	flow a "$1-1" --cc mercury --prio 14 --seconds 8 --interval-ms 100
 	flow a "$1-2" --cc mercury --prio 15 --seconds 8 --interval-ms 100
 	sleep 6
@@ -65,6 +66,7 @@ jobs_router() {
 test_jobs_equal_split() {
 	local r s c even beside control alone before
 	jobs_router || { fail jobs/equal-split "could not shorten the router's queue"; return 1; }
+	JOBS_TRACE=1
 	r=$(jobs_pair jobs "0 --job 1" "5 --job 2")
 	even=$(awk -v r="$r" 'BEGIN { printf "%.2f", (r >= 1 ? r : 1 / r) }')
 	expect jobs/no-holds "holds=$(stat_of a holds)" [ "$(stat_of a holds)" = 0 ]
@@ -78,6 +80,7 @@ test_jobs_equal_split() {
 	# let 20 to 79 honest ones through in loaded runs).
 	before=$(stat_of a delay_backoffs)
 	jobs_pair control none "5 --job 2" >/dev/null
+	JOBS_TRACE=
 	alone=$(($(cat /tmp/jobs-control-backoffs) - before))
 	beside=$(awk -v job=2 -f check_job_yields.awk /tmp/trace-jobs-jobs)
 	control=$(awk -v job=2 -f check_job_yields.awk /tmp/trace-jobs-control)

@@ -17,17 +17,20 @@
 namespace mercury::nccl {
 namespace {
 
+// $MERCURY_WORKER (mercury.torch sets it), else torchrun's $RANK, else 0.
 uint32_t worker_rank()
 {
-    const char* rank = std::getenv("RANK");
-    uint32_t r = 0;
-    if (rank && *rank) {
+    for (const char* name : {"MERCURY_WORKER", "RANK"}) {
+        const char* rank = std::getenv(name);
+        if (!rank || !*rank)
+            continue;
         const std::string_view s(rank);
+        uint32_t r = 0;
         const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), r);
-        if (ec != std::errc() || end != s.data() + s.size())
-            r = 0;
+        if (ec == std::errc() && end == s.data() + s.size())
+            return r;
     }
-    return r;
+    return 0;
 }
 
 // One libmercury session per process, opened on first use: every

@@ -27,8 +27,8 @@ int lane_of_class(int traffic_class, std::string* error);
 void select_mercury(int fd);
 
 // Registers each (connected) socket as @lane with the local mercuryd: job
-// $MERCURY_JOB (else "nccl"), worker $RANK (else 0), agent at
-// $MERCURY_SOCKET.
+// $MERCURY_JOB (else "nccl"), worker $MERCURY_WORKER (else $RANK, else 0),
+// agent at $MERCURY_SOCKET.
 void register_lane(const std::vector<int>& fds, uint8_t lane);
 
 // Before the sockets close: the agent forgets them.

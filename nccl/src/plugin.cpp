@@ -155,6 +155,8 @@ ncclResult_t do_connect(int dev, int lane, void* opaque, void** send_comm)
         forget_connector(h, c);
     if (f)
         return report(f);
+    if (comm)
+        Log::info("connected, lane " + std::to_string(lane));
     *send_comm = comm.release();
     return ncclSuccess;
 }

@@ -60,7 +60,8 @@ def test_bad_arguments(kw, error) -> None:
 
 
 @pytest.mark.parametrize("kw, message", [
-    ({"backend": "nccl"}, "backend is one of 'allreduce', 'ps', not 'nccl'"),
+    ({"backend": "mpi"}, "backend is one of 'allreduce', 'ps', 'nccl', not 'mpi'"),
+    ({"backend": "nccl", "servers": ["127.0.0.1:1"]}, "servers= is for backend='ps'"),
     ({"servers": ["127.0.0.1:1"]}, "servers= is for backend='ps'"),
     ({"placement": "mxnet"}, "placement= is for backend='ps'"),   # not silently ignored
     ({"server_timeout": 5.0}, "server_timeout= is for backend='ps'"),
@@ -269,3 +270,59 @@ def test_a_model_with_nothing_to_train_is_set_up_once() -> None:
     assert opt._finalized and opt._learning is None and not opt._buckets
     assert all(torch.equal(a, b) for a, b in zip(before, m.parameters()))
     opt.close()
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_averaged_takes_the_sum_only_where_a_worker_used_it(monkeypatch, on_device) -> None:
+    """Both ways of putting a bucket's averages in place (from the flags
+    read into host memory; chosen on the device, as on a GPU): a parameter
+    some worker used gets the average, one none used keeps its gradient."""
+    import mercury.torch.optimizer as optimizer_module
+    from mercury.torch._buckets import Bucket
+    monkeypatch.setattr(optimizer_module, "select_on_device", lambda _flags: on_device)
+    b = Bucket(0, [], [], [])
+    b.flat = torch.tensor([1.0, 2.0, 3.0, 4.0, 1.0, 0.0])   # two gradients' sums, then their flags
+    b.slots, b.flags = [b.flat[0:2], b.flat[2:4]], b.flat[4:]
+    b.real = [torch.tensor([9.0, 9.0]), torch.tensor([7.0, 7.0])]
+    b.was_none = [False, False]
+    out = mt.DistributedOptimizer._averaged(None, b)  # type: ignore[arg-type]
+    assert [t.tolist() for t in out] == [[1.0, 2.0], [7.0, 7.0]]
+    assert out[0] is b.real[0] and out[1] is b.real[1]   # in place: p.grad's storage
+
+
+class Branchy(nn.Module):
+    """A layer the forward uses every other call: its gradient is there but
+    unused in those iterations (DDP leaves it as it was)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.head = nn.Linear(4, 8), nn.Linear(4, 8), nn.Linear(8, 2)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.head(self.a(x) if self.calls % 2 else self.b(x))
+
+
+def test_averages_chosen_on_the_device_are_the_hosts(monkeypatch) -> None:
+    """The GPU path of putting averages in place (chosen on the device, no
+    read of the used-flags) gives what the host path gives, unused layers
+    included: run here on the CPU by forcing it."""
+    import mercury.torch.optimizer as optimizer_module
+
+    def train(on_device: bool) -> list:
+        monkeypatch.setattr(optimizer_module, "select_on_device", lambda _flags: on_device)
+        torch.manual_seed(0)
+        model = Branchy()
+        o = make(model, bucket_bytes=1)
+        for _ in range(5):
+            o.zero_grad(set_to_none=False)
+            model(torch.ones(3, 4)).sum().backward()
+            o.step()
+        o.synchronize()
+        out = [p.detach().clone() for p in model.parameters()] + [p.grad.clone() for p in model.parameters()]
+        o.close()
+        return out
+
+    host, device = train(False), train(True)
+    assert all(torch.equal(x, y) for x, y in zip(host, device))

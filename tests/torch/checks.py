@@ -216,6 +216,23 @@ def check_warnings() -> None:
                f"its workers printed no warning DDP's did not ({len(ddp)} distinct from DDP's)")
 
 
+def check_gpu_backend_here() -> None:
+    """backend="nccl" needs a GPU PyTorch 2.8 with NCCL 2.26: on this
+    machine's PyTorch it is refused, naming the version; and the GPU check's
+    own comparison runs (scripts/gpu-check.sh, on the CPU)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+    from mercury.torch.nccl import check_nccl
+    try:
+        check_nccl()
+        report("torch/nccl/refused-here", False, "check_nccl() accepted a machine without a GPU")
+    except RuntimeError as e:
+        report("torch/nccl/refused-here", f"PyTorch {torch.__version__}" in str(e), str(e))
+    out = subprocess.run([PYTHON, os.path.join(HERE, "..", "gpu", "check.py"), "--cpu"], capture_output=True,
+                         text=True, timeout=300, env=WORKER_ENV)
+    report("torch/gpu-check-cpu", out.returncode == 0 and "PASS gloo-cpu/ddp-equivalence" in out.stdout,
+           " | ".join((out.stdout + out.stderr).strip().splitlines()[-3:]))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--mercuryctl", required=True)
@@ -253,6 +270,7 @@ def main() -> int:
         except (RuntimeError, KeyError) as e:
             report("torch/no-agent", False, str(e))
         check_warnings()
+    check_gpu_backend_here()
     print(f"torch: {passed} passed, {failed} failed")
     return 1 if failed else 0
 

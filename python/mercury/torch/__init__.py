@@ -21,7 +21,9 @@ both, with DDP's result:
   them to mercuryd, whose learned ranks decide each layer's lane.
 
 Without mercuryd, libmercury or the congestion control it trains correctly
-on a single lane, with one warning.
+on a single lane, with one warning. Models on GPUs: ``backend="nccl"``, NCCL
+process groups as lanes, each with its traffic class, which Mercury's NCCL
+plugin takes to the kernel (:mod:`mercury.torch.nccl`).
 
 Example::
 

@@ -13,12 +13,22 @@ import mercury
 from mercury.contract import MAX_LANES, lane_rank, rank_lane
 from mercury.torch.sockets import find_tcp_sockets, pin_congestion_control
 
-__all__ = ["Lane", "Lanes", "lane_rank", "rank_lane", "all_true"]
+__all__ = ["Lane", "Lanes", "lane_rank", "rank_lane", "all_true", "collective_device"]
+
+
+def collective_device() -> torch.device:
+    """Where the default group's collectives take their tensors: the
+    current GPU if that group is NCCL's alone, else host memory."""
+    backend = str(dist.get_backend())
+    if "nccl" in backend and "gloo" not in backend:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def all_true(flag: bool) -> bool:
-    """True on every worker if ``flag`` is true on every worker (collective)."""
-    t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    """True on every worker if ``flag`` is true on every worker (collective,
+    on the default group)."""
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=collective_device())
     dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return t.item() == 1
 
@@ -78,8 +88,9 @@ class Lanes:
     def group(self, lane: int) -> dist.ProcessGroup:
         return self.lanes[lane].group
 
-    def prepare(self, buckets: Sequence[Tuple[int, torch.dtype]]) -> None:
-        """Nothing to do: the groups' connections exist already, and Gloo sums any dtype."""
+    def prepare(self, buckets: Sequence[Tuple[int, torch.dtype, torch.device]]) -> None:
+        """Nothing to do: the groups' connections exist already, and Gloo
+        sums any dtype, in host or GPU memory."""
 
     def reduce(self, bucket: int, flat: torch.Tensor, lane: int) -> Any:
         """Starts the sum of ``flat`` over the workers, in place, on ``lane``

@@ -32,7 +32,7 @@ it: ``_layers`` (which module owns which parameters, in forward order),
 ``_buckets`` (a bucket and its states), ``_timings`` (per-layer times for
 mercuryd), ``_hooks`` (hook tables a copy leaves behind), ``_guard``
 (guarded gradients, pending parameters), ``reducer`` (the backends:
-``lanes``, ``ps``) and ``_compat`` (what differs between PyTorch 1.13
+``lanes``, ``nccl``, ``ps``) and ``_compat`` (what differs between PyTorch 1.13
 and 2.x).
 """
 from __future__ import annotations
@@ -55,9 +55,10 @@ from mercury.lanemap import bucket_lanes, index_ranks, plan_buckets
 from mercury.torch._buckets import Bucket, State
 from mercury.torch._guard import guard, pend, pending_class, unpend
 from mercury.torch._hooks import hook, unhook
+from mercury.torch._job import default_job
 from mercury.torch._layers import FirstUse, nbytes, own_parameters
 from mercury.torch._timings import LayerTimings
-from mercury.torch.lanes import all_true
+from mercury.torch.lanes import all_true, collective_device
 from mercury.torch.reducer import Reducer, reducer_factory
 from mercury.torch.sockets import available_congestion_controls, pacing_left_by
 
@@ -70,6 +71,13 @@ DEFAULT_LANES = 8
 DEFAULT_BUCKET_BYTES = 256 << 10
 DEFAULT_RESYNC_EVERY = 10
 _BUFFER_BROADCAST_BYTES = 256 << 20   # DDP's default for its coalesced buffer broadcast
+
+def select_on_device(flags: torch.Tensor) -> bool:
+    """Whether a bucket's averaged gradients are chosen on its device (a GPU:
+    reading the used-flags would wait for it) rather than from the flags
+    read into host memory (cheaper there: one read, then a copy each)."""
+    return flags.device.type != "cpu"
+
 
 # model -> its DistributedOptimizer, so a second one on the same model is refused
 # (kept off the model: an attribute there would stop deepcopy and pickling).
@@ -101,7 +109,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         agent_timeout: seconds to wait for mercuryd at start-up.
         broadcast_buffers: as DDP's: worker 0's buffers (BatchNorm's running
             statistics) are broadcast before a forward pass, when DDP would.
-        backend: "allreduce" (Gloo's ring, on the lanes' process groups) or
+        backend: "allreduce" (Gloo's ring, on the lanes' process groups),
+            "nccl" (NCCL process groups, each lane's traffic class taken to
+            the kernel by Mercury's NCCL plugin, for models on GPUs; PyTorch
+            2.8 and NCCL 2.26 or later, see :mod:`mercury.torch.nccl`) or
             "ps": through mercury-ps parameter servers (``servers``), which
             sum each chunk as soon as every worker pushed it. The result is
             the same; see :mod:`mercury.torch.ps` and, for what a backend
@@ -179,7 +190,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._trace_file = open(trace, "a") if trace else None
 
         self._owns_client = client is None
-        self.client = client or mercury.Client(os.environ.get("MERCURY_JOB", "torch"), worker_rank=self.worker)
+        self.client = client or mercury.Client(default_job(), worker_rank=self.worker)
         ok, why = self._mercury_usable(lanes, congestion_control, agent_timeout)
         # Every worker must agree on the lanes: each is a collective.
         n = lanes if all_true(ok) else 1
@@ -322,8 +333,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._bucket_of_module[m] = bucket
         self._set_lanes(self._lanes_for(index_ranks(len(self._layers))))
         # Each bucket's flat tensor: its gradients and one used-flag per parameter.
-        self.lanes.prepare([(sum(p.numel() for p in b.params) + len(b.params), b.params[0].dtype)
-                            for b in self._buckets])
+        self.lanes.prepare([(sum(p.numel() for p in b.params) + len(b.params), b.params[0].dtype,
+                             b.params[0].device) for b in self._buckets])
         in_buckets = {id(p) for b in self._buckets for p in b.params}
         for group in self.optimizer.param_groups:
             for p in group["params"]:
@@ -503,6 +514,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _averaged(self, b: Bucket) -> List[Optional[torch.Tensor]]:
         """Each parameter's gradient after the reduction: the average where
         any worker used it, else what it was (DDP leaves those untouched)."""
+        if select_on_device(b.flags) and not any(b.was_none):
+            # Every gradient stays a tensor: chosen on the device, without
+            # reading the flags into host memory (on a GPU, a read waits for
+            # every kernel queued so far, the forward pass's included).
+            for i, real in enumerate(b.real):
+                torch.where(b.flags[i] > 0.5, b.slots[i], real, out=real)
+            return list(b.real)
         out: List[Optional[torch.Tensor]] = []
         for i, flag in enumerate(b.flags.tolist()):
             if flag > 0.5:
@@ -728,11 +746,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _resync_lanes(self) -> None:
         n = len(self._layers)
-        lanes = torch.tensor(self._layer_lane, dtype=torch.int32)
+        layer_lanes = self._layer_lane
         if self.worker == 0:
             ranks = self.client.layer_ranks()
             if ranks is not None and len(ranks.ranks) == n:
-                lanes = torch.tensor(self._lanes_for(ranks.ranks), dtype=torch.int32)
+                layer_lanes = self._lanes_for(ranks.ranks)
+        lanes = torch.tensor(layer_lanes, dtype=torch.int32, device=collective_device())
         dist.broadcast(lanes, src=0)
         self._set_lanes(lanes.tolist())
 

@@ -18,7 +18,6 @@ Placement, as the PS frameworks do it:
 """
 from __future__ import annotations
 
-import os
 import socket
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -28,6 +27,7 @@ import torch.distributed as dist
 
 import mercury
 from mercury.contract import SO_COOKIE
+from mercury.torch._job import default_job
 from mercury.ps import (MXNET_SPLIT_ELEMS, PARTITION_BYTES, PLACEMENTS, Connection, Part, PsError, PushPull,
                         Work, new_id, parse_address, place, read_secret)
 
@@ -93,16 +93,20 @@ class ServerLanes:
         self._client = client
         return True
 
-    def prepare(self, buckets: Sequence[Tuple[int, torch.dtype]]) -> None:
+    def prepare(self, buckets: Sequence[Tuple[int, torch.dtype, torch.device]]) -> None:
         """Places the buckets and opens every connection (collective): a
         key per partition of a bucket, on the servers of the job
-        ``$MERCURY_JOB``. TypeError for a bucket not of float32 (what the
-        servers sum); PsError with the server's reason if one refuses."""
-        for elems, dtype in buckets:
+        ``$MERCURY_JOB``. TypeError for a bucket not of float32 in host
+        memory (what the servers sum); PsError with the server's reason if
+        one refuses."""
+        for _, dtype, device in buckets:
             if dtype != torch.float32:
                 raise TypeError(f"mercury.torch: backend='ps' sums float32 gradients; a bucket holds "
                                 f"{dtype} parameters (use backend='allreduce')")
-        self._connect([elems for elems, _ in buckets], job=default_job(), worker=dist.get_rank(),
+            if device.type != "cpu":
+                raise TypeError(f"mercury.torch: backend='ps' sums gradients in host memory; a bucket's parameters "
+                                f"are on {device} (use backend='nccl' or 'allreduce')")
+        self._connect([elems for elems, _, _ in buckets], job=default_job(), worker=dist.get_rank(),
                       workers=dist.get_world_size())
 
     def _connect(self, sizes: Sequence[int], *, job: str, worker: int, workers: int) -> None:
@@ -161,5 +165,3 @@ class ServerLanes:
         dist.barrier()
 
 
-def default_job() -> str:
-    return os.environ.get("MERCURY_JOB", "torch")

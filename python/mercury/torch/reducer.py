@@ -6,7 +6,9 @@ workers, on one of ``n`` lanes whose connections the datapath tells apart.
 each backend is one implementation: ``"allreduce"`` (Gloo's ring on one
 process group per lane, :class:`mercury.torch.lanes.Lanes`) and ``"ps"``
 (mercury-ps servers, one connection per server and lane,
-:class:`mercury.torch.ps.ServerLanes`). A new backend is one class and one
+:class:`mercury.torch.ps.ServerLanes`) and ``"nccl"`` (one NCCL process
+group per lane, each with its traffic class, for models on GPUs,
+:class:`mercury.torch.nccl.NcclLanes`). A new backend is one class and one
 line in :data:`BACKENDS`.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 
 import mercury
 from mercury.torch.lanes import Lanes
+from mercury.torch.nccl import NcclLanes, check_nccl
 from mercury.torch.ps import ServerLanes, check_options
 
 __all__ = ["Reducer", "Backend", "BACKENDS", "reducer_factory"]
@@ -45,10 +48,10 @@ class Reducer(Protocol):
         """Registers every lane socket with the agent as its lane (now, or as
         each is opened); False if the agent refused one."""
 
-    def prepare(self, buckets: Sequence[Tuple[int, torch.dtype]]) -> None:
-        """The buckets' flat sizes (elements) and dtypes, in bucket order,
-        before the first :meth:`reduce` (collective). Raises TypeError for a
-        dtype the backend cannot sum."""
+    def prepare(self, buckets: Sequence[Tuple[int, torch.dtype, torch.device]]) -> None:
+        """The buckets' flat sizes (elements), dtypes and devices, in bucket
+        order, before the first :meth:`reduce` (collective). Raises
+        TypeError for a dtype or device the backend cannot sum."""
 
     def reduce(self, bucket: int, flat: torch.Tensor, lane: int) -> Any:
         """Starts the sum of bucket ``bucket``'s ``flat`` over the workers on
@@ -75,6 +78,7 @@ class Backend:
 BACKENDS: Dict[str, Backend] = {
     "allreduce": Backend(Lanes),
     "ps": Backend(ServerLanes, ("servers", "secret", "placement", "partition_bytes", "server_timeout"), check_options),
+    "nccl": Backend(NcclLanes, (), check_nccl),
 }
 
 

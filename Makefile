@@ -10,7 +10,7 @@ KO      := kmod/tcp_mercury.ko
 INITRD  := $(BUILD)/initramfs.cpio.gz
 JOBS    ?= $(shell nproc)
 
-.PHONY: all deps kmod kmod-guest user deb test unit bpftest torchtest pstest vmtest systemdtest fuzz bench bench-jobs bench-gap bench-nccl bench-torch bench-ps bench-ps-cost bench-cc bench-agent demo install clean guest
+.PHONY: all deps kmod kmod-guest user deb test unit bpftest torchtest pstest nccltest vmtest systemdtest fuzz bench bench-jobs bench-gap bench-nccl bench-torch bench-ps bench-ps-cost bench-cc bench-agent demo install clean guest
 
 all: kmod user
 
@@ -60,6 +60,10 @@ torchtest: deps user
 # mercury-ps against hostile peers and impostor servers, on a sanitizer build (root).
 pstest: user
 	tests/integration/run-ps.sh $(BUILD) $(USER)
+
+# The NCCL plugin's harness on a sanitizer build, a sender killed 100 times (root).
+nccltest:
+	tests/integration/run-nccl-asan.sh $(BUILD)
 
 # The module on a real kernel under qemu.
 vmtest: $(INITRD)

@@ -1,28 +1,77 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# Builds the protocol decoder's libFuzzer target with clang (ASan + UBSan)
-# and runs it for a bounded time (default 30 s). Prints one PASS/FAIL line.
+# Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a
+# bounded time (default 30 s each): the agent protocol decoder
+# (tests/fuzz/fuzz_protocol.cpp) and the NCCL plugin's handshake and
+# receive stream (tests/fuzz/fuzz_nccl.cpp, over loopback TCP in a network
+# namespace of its own: run as root). Prints one PASS/FAIL line per target;
+# exits non-zero on any failure.
 # usage: fuzz.sh [SECONDS]
-set -euo pipefail
+set -uo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-30}
 out=build/fuzz
-mkdir -p "$out/corpus"
-if ! build_log=$(clang++-14 -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	-Iagent/src -Iinclude tests/fuzz/fuzz_protocol.cpp agent/src/protocol/wire.cpp agent/src/flow_key.cpp \
-	-o "$out/fuzz_protocol" 2>&1); then
-	echo "$build_log" | tail -n 20 | sed 's/^/    /'
-	echo "FAIL fuzz/build: the fuzz target does not compile"
-	exit 1
-fi
-# tests/fuzz/regressions: inputs that once crashed the decoder, replayed first.
-if "$out/fuzz_protocol" -max_total_time="$secs" -seed=1 -print_final_stats=1 -artifact_prefix="$out/" \
-	"$out/corpus" tests/fuzz/regressions \
-	>"$out/fuzz.log" 2>&1; then
-	echo "PASS fuzz/protocol-decoder  # $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/fuzz.log" | grep -o '[0-9]*$') inputs in ${secs}s, corpus $(ls "$out/corpus" | wc -l)"
+mkdir -p "$out"
+cxx=(clang++-14 -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+	-Iagent/src -Iagent/include -Iinclude)
+failed=0
+
+# build NAME SOURCES...: the target, or a FAIL line.
+build() {
+	local name=$1 log
+	shift
+	if ! log=$("${cxx[@]}" "$@" -o "$out/$name" 2>&1); then
+		echo "$log" | tail -n 20 | sed 's/^/    /'
+		echo "FAIL fuzz/$name: the fuzz target does not compile"
+		return 1
+	fi
+}
+
+# CMD... in a network namespace of its own, its loopback up.
+in_netns() {
+	unshare -n sh -c 'ip link set lo up && exec "$0" "$@"' "$@"
+}
+
+# run NAME LABEL PREFIX CORPUS...: fuzz for $secs (PREFIX: a command the
+# target runs under, e.g. a network namespace); inputs that once crashed it
+# are among the corpora, replayed first.
+run() {
+	local name=$1 label=$2 prefix=$3
+	shift 3
+	mkdir -p "$out/$name-corpus"
+	if $prefix "$out/$name" -max_total_time="$secs" -seed=1 -max_len=8192 -print_final_stats=1 \
+		-artifact_prefix="$out/$name-" "$out/$name-corpus" "$@" >"$out/$name.log" 2>&1; then
+		echo "PASS fuzz/$label  # $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/$name.log" |
+			grep -o '[0-9]*$') inputs in ${secs}s, corpus $(ls "$out/$name-corpus" | wc -l)"
+	else
+		echo "FAIL fuzz/$label: see $out/$name.log (the input: $out/$name-crash-*; once fixed, keep it in $1)"
+		tail -30 "$out/$name.log"
+		failed=1
+	fi
+}
+
+if build fuzz_protocol tests/fuzz/fuzz_protocol.cpp agent/src/protocol/wire.cpp agent/src/flow_key.cpp; then
+	run fuzz_protocol protocol-decoder "" tests/fuzz/regressions
 else
-	echo "FAIL fuzz/protocol-decoder: see $out/fuzz.log (the input: $out/crash-*; keep it in tests/fuzz/regressions/)"
-	tail -30 "$out/fuzz.log"
-	exit 1
+	failed=1
 fi
+
+# The plugin's transport and what it links: libmercury (its lanes) and the log.
+if build fuzz_nccl -Inccl/src tests/fuzz/fuzz_nccl.cpp nccl/src/comm.cpp nccl/src/devices.cpp nccl/src/lanes.cpp \
+	agent/src/client/client.cpp agent/src/protocol/wire.cpp agent/src/flow_key.cpp agent/src/common/log.cpp \
+	-lpthread; then
+	# The seeds must get past the handshake and complete, or the fuzzer
+	# would start where a hostile peer starts, not where a real one does.
+	seeds=$(MERCURY_FUZZ_VERBOSE=1 in_netns "$out/fuzz_nccl" -runs=0 tests/fuzz/nccl-seeds/* 2>&1 |
+		grep -c '^fuzz_nccl: accepted, complete')
+	if [ "$seeds" -lt "$(ls tests/fuzz/nccl-seeds | wc -l)" ]; then
+		echo "FAIL fuzz/nccl-receive: only $seeds runs of the $(ls tests/fuzz/nccl-seeds | wc -l) seeds completed"
+		failed=1
+	else
+		run fuzz_nccl nccl-receive in_netns tests/fuzz/nccl-seeds
+	fi
+else
+	failed=1
+fi
+exit $failed

@@ -63,13 +63,16 @@ pytest_suite() {
 step "Python package (pytest, no agent)"
 pytest_suite /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 
-step "fuzzing the agent protocol decoder (libFuzzer, bounded)"
-if fuzz_out=$(scripts/fuzz.sh "${MERCURY_FUZZ_SECONDS:-30}"); then
-	passed=$((passed + 1))
-else
-	failed=$((failed + 1))
-fi
+step "fuzzing the agent protocol decoder and the NCCL plugin's receive side (libFuzzer, bounded)"
+fuzz_out=$(scripts/fuzz.sh "${MERCURY_FUZZ_SECONDS:-30}")
+fuzz_rc=$?
 echo "$fuzz_out"
+passed=$((passed + $(grep -c '^PASS' <<<"$fuzz_out")))
+failed=$((failed + $(grep -c '^FAIL' <<<"$fuzz_out")))
+if [ $fuzz_rc != 0 ] && ! grep -q '^FAIL' <<<"$fuzz_out"; then
+	failed=$((failed + 1))
+	echo "FAIL fuzz: scripts/fuzz.sh exited $fuzz_rc"
+fi
 
 # suite NAME LOG CMD...: runs a suite printing PASS/FAIL lines and a closing
 # "NAME: ..." line, shows its summary lines and adds up what it counted.
@@ -96,6 +99,9 @@ suite stress "$BUILD/stress-tests.log" env TESTS="$(cd tests/cc && bash -c '. ./
 
 step "mercury-ps: hostile peers, a kill loop, a fuzzer, floods and impostor servers, on an ASan/UBSan build"
 suite ps "$BUILD/ps-suite.log" tests/integration/run-ps.sh "$BUILD" "$BUILD/user"
+
+step "NCCL plugin: its harness on the ASan/UBSan build, a sender killed mid-stream 100 times"
+suite nccl-asan "$BUILD/nccl-asan-suite.log" tests/integration/run-nccl-asan.sh "$BUILD"
 
 step "PyTorch: mercury.torch against DDP, lanes in the BPF datapath (Debian 12's PyTorch)"
 suite torch "$BUILD/torch-tests.log" tests/torch/run.sh "$BUILD/user"

@@ -20,10 +20,8 @@ asan=$build/asan
 log=$build/ps-tests.log
 : >"$log"
 
-if ! { cmake -S "$top" -B "$asan" -DCMAKE_BUILD_TYPE=Debug -DMERCURY_STATIC=OFF -DMERCURY_BPF=OFF \
-	-DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
-	-DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null &&
-	cmake --build "$asan" -j"$(nproc)" --target mercury-ps >"$build/asan-build.log" 2>&1; }; then
+. "$top/tests/integration/asan-build.sh"
+if ! asan_build "$build" mercury-ps; then
 	tail -20 "$build/asan-build.log"
 	echo "FAIL ps/asan-build: mercury-ps does not build with the sanitizers (see $build/asan-build.log)"
 	echo "ps: 0 passed, 1 failed"

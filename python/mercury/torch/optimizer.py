@@ -90,7 +90,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     Wraps ``optimizer`` (any per-parameter ``torch.optim`` optimizer over
     ``model``'s parameters) and replaces DDP: do not wrap the model in DDP
     too. Every loop that trains the same under DDP trains the same here
-    (see "Differences from DDP" in the README); what cannot be made
+    (see "the differences from DDP" in doc/pytorch.md); what cannot be made
     equal raises an error.
 
     Args:

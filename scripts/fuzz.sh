@@ -58,7 +58,7 @@ else
 fi
 
 # The plugin's transport and what it links: libmercury (its lanes) and the log.
-if build fuzz_nccl -Inccl/src tests/fuzz/fuzz_nccl.cpp nccl/src/comm.cpp nccl/src/devices.cpp nccl/src/lanes.cpp \
+if build fuzz_nccl -Inccl/src tests/fuzz/fuzz_nccl.cpp nccl/src/comm.cpp nccl/src/devices.cpp nccl/src/endpoint.cpp nccl/src/lanes.cpp \
 	agent/src/client/client.cpp agent/src/protocol/wire.cpp agent/src/flow_key.cpp agent/src/common/log.cpp \
 	-lpthread; then
 	# The seeds must get past the handshake and complete, or the fuzzer

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 #include "comm.hpp"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -13,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "endpoint.hpp"
 #include "lanes.hpp"
 #include "log.hpp"
 
@@ -67,22 +67,8 @@ uint64_t random_u64()
 
 std::string peer_name(int fd)
 {
-    sockaddr_storage a{};
-    socklen_t len = sizeof(a);
-    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-        return "?";
-    char host[INET6_ADDRSTRLEN] = "?";
-    uint16_t port = 0;
-    if (a.ss_family == AF_INET) {
-        const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
-        ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-        port = ntohs(in->sin_port);
-    } else if (a.ss_family == AF_INET6) {
-        const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
-        ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-        port = ntohs(in6->sin6_port);
-    }
-    return std::string(host) + ":" + std::to_string(port);
+    const auto e = Endpoint::peer(fd);
+    return e ? e->text() : "?";
 }
 
 bool configure_socket(int fd, uint32_t timeout_ms)
@@ -342,31 +328,18 @@ void RecvComm::retire(Request* r)
 ListenComm::ListenComm(const Device& dev, const Settings& settings, Handle* handle, Failure* failure)
     : settings_(settings), secret_(random_u64())
 {
-    fd_ = UniqueFd(::socket(dev.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    sockaddr_storage a = dev.addr;
-    if (a.ss_family == AF_INET)
-        reinterpret_cast<sockaddr_in*>(&a)->sin_port = 0;
-    else
-        reinterpret_cast<sockaddr_in6*>(&a)->sin6_port = 0;
-    socklen_t len = dev.addr_len;
-    if (!fd_ || ::bind(fd_.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(fd_.get(), 4096) != 0 ||
-        ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    const Endpoint any_port = Endpoint(dev.addr).with_port(0);
+    fd_ = UniqueFd(::socket(any_port.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    std::optional<Endpoint> bound;
+    if (!fd_ || ::bind(fd_.get(), any_port.sockaddr_ptr(), any_port.length()) != 0 ||
+        ::listen(fd_.get(), 4096) != 0 || !(bound = Endpoint::local(fd_.get()))) {
         *failure = Failure{ncclSystemError, "listening on " + dev.name + ": " + errno_text(errno)};
         return;
     }
     *handle = Handle{};
     handle->magic = kMagic;
     handle->version = kVersion;
-    handle->family = a.ss_family;
-    if (a.ss_family == AF_INET) {
-        const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
-        std::memcpy(handle->addr, &in->sin_addr, 4);
-        handle->port = in->sin_port;
-    } else {
-        const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
-        std::memcpy(handle->addr, &in6->sin6_addr, 16);
-        handle->port = in6->sin6_port;
-    }
+    bound->to_handle(handle);
     handle->data_sockets = static_cast<uint16_t>(settings_.data_sockets);
     handle->secret = secret_;
 }
@@ -467,40 +440,22 @@ std::unique_ptr<RecvComm> ListenComm::accept(Failure* failure)
 Connector::Connector(const Handle& handle, const Settings& settings, uint8_t lane, Failure* failure)
     : settings_(settings), lane_(lane)
 {
-    if (handle.magic != kMagic || handle.version != kVersion ||
-        (handle.family != AF_INET && handle.family != AF_INET6) || handle.data_sockets > kMaxDataSockets) {
+    const std::optional<Endpoint> listener = Endpoint::from_handle(handle);
+    if (handle.magic != kMagic || handle.version != kVersion || !listener || handle.data_sockets > kMaxDataSockets) {
         *failure = Failure{ncclInvalidArgument, "connect: the handle is not from this plugin's listen()"};
         return;
     }
-    sockaddr_storage a{};
-    socklen_t len = 0;
-    char host[INET6_ADDRSTRLEN] = "?";
-    if (handle.family == AF_INET) {
-        auto* in = reinterpret_cast<sockaddr_in*>(&a);
-        in->sin_family = AF_INET;
-        std::memcpy(&in->sin_addr, handle.addr, 4);
-        in->sin_port = handle.port;
-        len = sizeof(*in);
-        ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-    } else {
-        auto* in6 = reinterpret_cast<sockaddr_in6*>(&a);
-        in6->sin6_family = AF_INET6;
-        std::memcpy(&in6->sin6_addr, handle.addr, 16);
-        in6->sin6_port = handle.port;
-        len = sizeof(*in6);
-        ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-    }
-    peer_ = std::string(host) + ":" + std::to_string(ntohs(handle.port));
+    peer_ = listener->text();
     const uint64_t connection = random_u64();
     for (uint16_t i = 0; i <= handle.data_sockets; ++i) {
         Opening o;
-        o.fd = UniqueFd(::socket(handle.family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        o.fd = UniqueFd(::socket(listener->family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
         if (!o.fd || !configure_socket(o.fd.get(), settings_.timeout_ms)) {
             *failure = Failure{ncclSystemError, "opening a socket to " + peer_ + ": " + errno_text(errno)};
             return;
         }
         select_mercury(o.fd.get());
-        if (::connect(o.fd.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 && errno != EINPROGRESS) {
+        if (::connect(o.fd.get(), listener->sockaddr_ptr(), listener->length()) != 0 && errno != EINPROGRESS) {
             *failure = Failure{ncclSystemError, "connecting to " + peer_ + ": " + errno_text(errno)};
             return;
         }

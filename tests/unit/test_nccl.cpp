@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 // The NCCL plugin's pure parts: what a peer's Hello may hold, how a message
-// is cut, which lane a traffic class is, and how many sockets NCCL's
-// environment asks for (tests/tools/mercury_nccl_harness.cpp drives the rest).
+// is cut, which lane a traffic class is, how many sockets NCCL's
+// environment asks for, and how an address goes into NCCL's handle
+// (tests/tools/mercury_nccl_harness.cpp drives the rest).
+#include <arpa/inet.h>
+
 #include <catch2/catch.hpp>
 
 #include "devices.hpp"
+#include "endpoint.hpp"
 #include "lanes.hpp"
 #include "nccl_net.h"
 #include "wire.hpp"
@@ -81,4 +85,35 @@ TEST_CASE("socket counts follow NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD, NC
     CHECK(nccl_socket_count("lo", "64", "1", &error) == 16);      // at most 16 threads
     CHECK(nccl_socket_count("lo", "two", "4", &error) == 0);      // not a count: its default
     CHECK(error.find("NCCL_SOCKET_NTHREADS=two") != std::string::npos);
+}
+
+TEST_CASE("an endpoint goes into NCCL's handle and back, either family")
+{
+    for (const char* text : {"10.1.2.3", "fe80::1:2"}) {
+        sockaddr_storage a{};
+        if (std::string(text).find(':') == std::string::npos) {
+            auto* in = reinterpret_cast<sockaddr_in*>(&a);
+            in->sin_family = AF_INET;
+            REQUIRE(::inet_pton(AF_INET, text, &in->sin_addr) == 1);
+        } else {
+            auto* in6 = reinterpret_cast<sockaddr_in6*>(&a);
+            in6->sin6_family = AF_INET6;
+            REQUIRE(::inet_pton(AF_INET6, text, &in6->sin6_addr) == 1);
+        }
+        const Endpoint e = Endpoint(a).with_port(5000);
+        Handle h{};
+        e.to_handle(&h);
+        const auto back = Endpoint::from_handle(h);
+        REQUIRE(back);
+        CHECK(back->family() == e.family());
+        CHECK(back->port() == 5000);
+        CHECK(back->text() == e.text());
+        CHECK(back->length() == (e.family() == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6)));
+    }
+    sockaddr_storage v4{};
+    v4.ss_family = AF_INET;
+    CHECK(Endpoint(v4).with_port(80).text() == "0.0.0.0:80");
+    Handle bad{};
+    bad.family = AF_UNIX;
+    CHECK_FALSE(Endpoint::from_handle(bad));
 }

@@ -57,12 +57,25 @@ datapath_counters() {
 		{ sum[$1] += $2 } END { for (i = 1; i <= n; i++) printf "%s%s=%d", (i > 1 ? " " : ""), k[i], sum[k[i]] }'
 }
 
+# cpu_ticks: the machine's busy and idle jiffies (/proc/stat), for
+# cpu_busy BEFORE AFTER: the busy fraction between two readings.
+cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat; }
+cpu_busy() {
+	echo "$1 $2" | awk '{ b = $3 - $1; i = $4 - $2; printf "%.2f", (b + i) ? b / (b + i) : 0 }'
+}
+
 run() {	# run MODEL MODE[:CC]
-	local profile=$PROFILES/$1.graph.txt out mean mode=${2%%:*} cc= limits
+	local profile=$PROFILES/$1.graph.txt out mean mode=${2%%:*} cc= limits before busy
 	[ "$mode" = "$2" ] || cc=${2#*:}
 	limits=$(bound "$profile")
 	sh "$SCRIPTS/cluster.sh" up "$W" "$S" "$RATE"
+	before=$(cpu_ticks)
 	out=$(REPLAY_ARGS="${cc:+--cc $cc}" sh "$SCRIPTS/train.sh" "$profile" "$mode" "$W" "$S" "$DIV" "$ITER")
+	busy=$(cpu_busy "$before" "$(cpu_ticks)")
+	# The machine's CPUs, not only the links, set the pace near saturation
+	# (in the VM, Mercury's mode then loses what its extra processes cost).
+	echo "INFO cpu model=$1 mode=$2: the machine's CPUs were ${busy} busy during the run$(awk -v b="$busy" \
+		'BEGIN { if (b >= 0.8) printf " (CPU-bound: the comparison measures the emulation too; doc/experiment.md)" }')"
 	[ -d /sys/module/tcp_mercury ] || grep -qw mercury /proc/sys/net/ipv4/tcp_available_congestion_control &&
 		echo "INFO datapath model=$1 mode=$2: $(datapath_counters)"
 	sh "$SCRIPTS/cluster.sh" down

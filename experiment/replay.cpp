@@ -464,7 +464,10 @@ using Conns = std::vector<std::vector<std::unique_ptr<Conn>>>;  // [server][lane
 // Polls the open connections (only those with unsent data if @writers_only)
 // and returns each with its revents; with @writers_only, a connection still
 // waiting to write is returned even when it got no event.
-std::vector<std::pair<Conn*, short>> poll_conns(const Conns& conns, bool writers_only, int timeout_ms)
+// Waits up to @timeout_s (to the microsecond: rounding to milliseconds made
+// a worker spin through the last millisecond of every compute step, CPU that
+// a small host's servers and agents then lacked) for the connections.
+std::vector<std::pair<Conn*, short>> poll_conns(const Conns& conns, bool writers_only, double timeout_s)
 {
     std::vector<pollfd> fds;
     std::vector<Conn*> order;
@@ -479,7 +482,9 @@ std::vector<std::pair<Conn*, short>> poll_conns(const Conns& conns, bool writers
     std::vector<std::pair<Conn*, short>> ready;
     if (fds.empty())
         return ready;
-    ::poll(fds.data(), fds.size(), timeout_ms);
+    const auto us = static_cast<long long>(std::max(0.0, timeout_s) * 1e6);
+    const timespec timeout{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
+    ::ppoll(fds.data(), fds.size(), &timeout, nullptr);
     for (size_t i = 0; i < fds.size(); ++i)
         if (fds[i].revents || writers_only)
             ready.emplace_back(order[i], fds[i].revents);
@@ -756,8 +761,8 @@ int run_worker(const Options& o)
         else
             ++pulled.at(pushed_in[key])[plan.placement.shards[plan.keys[key].shard].tensor];
     };
-    auto serve_connections = [&](int timeout_ms) {
-        for (const auto& [conn, revents] : poll_conns(conns, false, timeout_ms)) {
+    auto serve_connections = [&](double timeout_s) {
+        for (const auto& [conn, revents] : poll_conns(conns, false, timeout_s)) {
             if (revents & POLLOUT)
                 sent += conn->flush();
             if (revents & (POLLIN | POLLHUP | POLLERR))
@@ -831,9 +836,10 @@ int run_worker(const Options& o)
             waiting = true;
         }
 
-        // Whole milliseconds, rounded down: the compute clock absorbs the slack.
+        // Until the compute step ends (a late wakeup: the compute clock
+        // absorbs it), or a while for parameters.
         const double wait = busy_until ? std::max(0.0, busy_until - now_s()) : 0.05;
-        serve_connections(static_cast<int>(wait * 1000));
+        serve_connections(wait);
     }
 
     // The last iteration's sums, as every other's, before the workers leave
@@ -848,7 +854,7 @@ int run_worker(const Options& o)
     while (!drained()) {
         if (now_s() > drain_until)
             throw std::runtime_error("the last iteration's sums did not all come back within 60 s");
-        serve_connections(100);
+        serve_connections(0.1);
     }
     // Bye on every connection; the server closes each once it has read it.
     for (auto& per_server : conns)
@@ -857,7 +863,7 @@ int run_worker(const Options& o)
                 c->queue(ps::Type::kBye);
     for (bool pending = true; pending;) {
         pending = false;
-        for (const auto& [conn, revents] : poll_conns(conns, true, 100)) {
+        for (const auto& [conn, revents] : poll_conns(conns, true, 0.1)) {
             pending = true;
             if (revents & POLLOUT)
                 sent += conn->flush();

@@ -8,19 +8,13 @@ import re
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 import mercury.torch as mt
 from mercury.torch.nccl import PLUGIN, plugin_selection, unsupported
 
 
-@pytest.fixture(scope="module", autouse=True)
-def world(tmp_path_factory):
-    store = tmp_path_factory.mktemp("dist") / "store"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("gloo_world")
 
 
 GOOD = dict(torch_version="2.8.0+cu128", nccl=(2, 27, 3), traffic_class=True, cuda=True)

@@ -11,19 +11,13 @@ import warnings
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 import mercury.torch as mt
 from mercury.torch._guard import GuardedGrad, is_pending
 
 
-@pytest.fixture(scope="module", autouse=True)
-def world(tmp_path_factory):
-    store = tmp_path_factory.mktemp("dist") / "store"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("gloo_world")
 
 
 def net() -> nn.Module:

@@ -28,14 +28,6 @@ PAYLOAD_RATE = RATE_MBIT * 1e6 / 8 * 1448 / (1514 + 66 / 2)
 BOUND_PAYLOAD_RATE = RATE_MBIT * 1e6 / 8 * 1448 / 1514
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    store = tmp_path_factory.mktemp("dist") / "store"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def layers(spec):
     return [torchsim.Layer(f, b, n) for f, b, n in spec]
 
@@ -53,7 +45,7 @@ def test_ddp_buckets_are_the_reducers() -> None:
     assert sorted(sorted(b.layers) for b in torchsim.ddp_buckets(model, cap / (1 << 20))) == expected
 
 
-def test_mercury_buckets_are_the_optimizers(world) -> None:
+def test_mercury_buckets_are_the_optimizers(gloo_world) -> None:
     sizes = [40, 200 << 10, 100 << 10, 300 << 10, 8, 260 << 10, 4 << 10]
     net = nn.Sequential(*[nn.Linear(1, 1, bias=False) for _ in sizes])
     for m, n in zip(net, sizes):

@@ -13,7 +13,7 @@ import mercury
 from mercury.contract import MAX_LANES, lane_rank, rank_lane
 from mercury.torch.sockets import find_tcp_sockets, pin_congestion_control
 
-__all__ = ["Lane", "Lanes", "lane_rank", "rank_lane", "all_true", "collective_device"]
+__all__ = ["Lane", "Lanes", "lane_rank", "rank_lane", "all_true", "collective_device", "check_lane_count"]
 
 
 def collective_device() -> torch.device:
@@ -23,6 +23,15 @@ def collective_device() -> torch.device:
     if "nccl" in backend and "gloo" not in backend:
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def check_lane_count(n: int) -> None:
+    """TypeError or ValueError unless ``n`` is a lane count, 1..MAX_LANES
+    (every reducer that opens lanes checks it)."""
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise TypeError(f"lanes must be an int, not {type(n).__name__}")
+    if not 1 <= n <= MAX_LANES:
+        raise ValueError(f"lanes must be 1..{MAX_LANES}, not {n}")
 
 
 def all_true(flag: bool) -> bool:
@@ -50,10 +59,7 @@ class Lanes:
     """
 
     def __init__(self, n: int) -> None:
-        if not isinstance(n, int) or isinstance(n, bool):
-            raise TypeError(f"lanes must be an int, not {type(n).__name__}")
-        if not 1 <= n <= MAX_LANES:
-            raise ValueError(f"lanes must be 1..{MAX_LANES}, not {n}")
+        check_lane_count(n)
         self.lanes: List[Lane] = []
         self.previous_cc: Set[str] = set()
         for _ in range(n):

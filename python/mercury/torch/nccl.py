@@ -36,8 +36,9 @@ import torch
 import torch.distributed as dist
 
 import mercury
-from mercury.contract import MAX_LANES, lane_rank
+from mercury.contract import lane_rank
 from mercury.torch._job import default_job
+from mercury.torch.lanes import check_lane_count
 
 __all__ = ["NcclLanes", "check_nccl", "unsupported", "plugin_selection", "nccl_version", "has_traffic_class",
            "PLUGIN", "PLUGIN_LIBRARY"]
@@ -127,7 +128,7 @@ def plugin_selection(env: Mapping[str, str], loads: Callable[[], bool]) -> Tuple
                     "plugin: no priorities (unset NCCL_NET)")
     if not chosen.startswith("/") and not loads():
         return {}, (f"{PLUGIN_LIBRARY} not found on the library path (install Mercury's package, or add the build's "
-                    "nccl/ directory to LD_LIBRARY_PATH): NCCL's own transport carries the lanes, without priorities")
+                    "lib/ directory to LD_LIBRARY_PATH): NCCL's own transport carries the lanes, without priorities")
     return ({} if chosen else {"NCCL_NET_PLUGIN": PLUGIN}), None
 
 
@@ -145,10 +146,7 @@ class NcclLanes:
     warned_plugin = False   # the plugin warning, once per process
 
     def __init__(self, n: int) -> None:
-        if not isinstance(n, int) or isinstance(n, bool):
-            raise TypeError(f"lanes must be an int, not {type(n).__name__}")
-        if not 1 <= n <= MAX_LANES:
-            raise ValueError(f"lanes must be 1..{MAX_LANES}, not {n}")
+        check_lane_count(n)
         check_nccl()
         add, warning = plugin_selection(os.environ, _plugin_loads)
         os.environ.update(add)

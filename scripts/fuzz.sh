@@ -10,6 +10,7 @@
 # usage: fuzz.sh [SECONDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/netns.sh
 secs=${1:-30}
 out=build/fuzz
 mkdir -p "$out"
@@ -26,11 +27,6 @@ build() {
 		echo "FAIL fuzz/$name: the fuzz target does not compile"
 		return 1
 	fi
-}
-
-# CMD... in a network namespace of its own, its loopback up.
-in_netns() {
-	unshare -n sh -c 'ip link set lo up && exec "$0" "$@"' "$@"
 }
 
 # run NAME LABEL PREFIX CORPUS...: fuzz for $secs (PREFIX: a command the

@@ -16,6 +16,7 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(mkdir -p "${1:?usage: run-nccl-asan.sh BUILD_DIR}" && cd "$1" && pwd)
 log=$build/nccl-asan.log
 . "$top/tests/integration/asan-build.sh"
+. "$top/scripts/lib/netns.sh"
 if ! asan_build "$build" mercury-nccl-harness nccl-net-mercury; then
 	tail -20 "$build/asan-build.log"
 	echo "FAIL nccl-asan/build: the plugin or its harness does not build with the sanitizers (see $build/asan-build.log)"
@@ -25,7 +26,7 @@ fi
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99
 export UBSAN_OPTIONS=print_stacktrace=1
 # A stalled peer fails after the timeout: 3 s rather than NCCL's 30 here.
-unshare -n sh -c 'ip link set lo up && exec "$@"' sh env NCCL_SOCKET_IFNAME=lo MERCURY_NCCL_TIMEOUT_MS=3000 \
+in_netns env NCCL_SOCKET_IFNAME=lo MERCURY_NCCL_TIMEOUT_MS=3000 \
 	MERCURY_SOCKET=/nonexistent/mercury-nccl-asan.sock MERCURY_NCCL_KILLS="${NCCL_KILLS:-100}" \
 	"$build/asan/tests/bin/mercury-nccl-harness" selftest "$build/asan/lib/libnccl-net-mercury.so" >"$log" 2>&1
 rc=$?

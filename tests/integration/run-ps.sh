@@ -28,10 +28,7 @@ if ! asan_build "$build" mercury-ps; then
 	exit 1
 fi
 
-# in_netns CMD...: CMD in a new network namespace with lo up.
-in_netns() {
-	unshare -n sh -c 'ip link set lo up && exec "$@"' sh "$@"
-}
+. "$top/scripts/lib/netns.sh"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99
 export UBSAN_OPTIONS=print_stacktrace=1
 seed=${PS_SEED:-$(date +%s)}

@@ -82,6 +82,13 @@ def test_bad_model_and_optimizer() -> None:
         mt.DistributedOptimizer("model", torch.optim.SGD(m.parameters(), lr=1))
 
 
+def test_complex_parameters_are_refused_by_name() -> None:
+    m = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    m[1].register_parameter("phase", nn.Parameter(torch.zeros(2, dtype=torch.complex64)))
+    with pytest.raises(TypeError, match=r"complex parameters are not supported \('1.phase'\)"):
+        make(m)
+
+
 def test_one_per_model_until_closed() -> None:
     m = net()
     first = make(m)
@@ -320,3 +327,80 @@ def test_averages_chosen_on_the_device_are_the_hosts(monkeypatch) -> None:
 
     host, device = train(False), train(True)
     assert all(torch.equal(x, y) for x, y in zip(host, device))
+
+
+class Nested(nn.Module):
+    """The model's own parameter, a layer, and a module whose parameters
+    its parent uses without calling it (as MultiheadAttention's out_proj)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(4))
+        self.inner = nn.Linear(4, 4)
+        self.unused_call = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inner(x * self.scale)
+        return nn.functional.linear(h, self.unused_call.weight, self.unused_call.bias)
+
+
+def test_after_the_first_forward_only_layers_keep_a_hook() -> None:
+    """Until the layers are known every module with parameters is hooked
+    before and after its forward; then only the layers keep a pre-hook
+    (a Python call per module per forward is time DDP does not spend), and
+    training still matches plain SGD."""
+    torch.manual_seed(0)
+    m = Nested()
+    ref = copy.deepcopy(m)
+    opt = make(m)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    assert len(m.inner._forward_hooks) == 1 and len(m.unused_call._forward_pre_hooks) == 1
+    for _ in range(3):
+        for model, o in ((m, opt), (ref, ref_opt)):
+            o.zero_grad()
+            model(torch.ones(3, 4)).sum().backward()
+            o.step()
+    assert [len(x._forward_hooks) for x in (m.inner, m.unused_call)] == [0, 0]
+    assert len(m.inner._forward_pre_hooks) == 1            # a layer: its bucket's step comes first
+    assert len(m.unused_call._forward_pre_hooks) == 0      # its parameters are its parent's layer
+    assert len(m._forward_pre_hooks) == 2 and len(m._forward_hooks) == 1   # the root's, and a layer
+    opt.synchronize()
+    for a, b in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    opt.close()
+    assert not any(len(x._forward_pre_hooks) or len(x._forward_hooks) for x in m.modules())
+
+
+def test_layer_times_run_from_each_layer_start_to_the_next(monkeypatch) -> None:
+    """A layer's forward time is from its start to the next layer's (the
+    last one's: to the model's end), summed over a step's timed forwards;
+    an untimed forward (evaluation) adds nothing."""
+    import mercury.torch._timings as timings_module
+    clock = iter([0.0, 1.0, 1.5, 4.0,   # timed: model, a, b (a again: its first start counts), end
+                  10.0, 11.0, 11.5, 12.0,       # timed: model, a, b, end
+                  20.0,                         # untimed: model (nothing else read)
+                  30.0])                        # a gradient
+    monkeypatch.setattr(timings_module.time, "perf_counter", lambda: next(clock))
+    a, b = nn.Linear(1, 1), nn.Linear(1, 1)
+    t = timings_module.LayerTimings()
+    for _ in range(2):
+        t.model_forward_began(True)
+        for layer in (a, b, a):
+            t.forward_began(layer)
+        t.model_forward_ended()
+    t.model_forward_began(False)
+    t.forward_began(a)
+    t.model_forward_ended()
+
+    class Client:
+        sent: list = []
+
+        def report_timings(self, iteration, fwd, bwd):
+            self.sent.append(fwd)
+
+        def begin_iteration(self, iteration):
+            pass
+
+    t.gradient_ready(0)
+    t.report(Client(), 1, [a, b])   # type: ignore[arg-type]
+    assert Client.sent == [[(0.5 + 0.5) * 1e6, (2.5 + 0.5) * 1e6]]

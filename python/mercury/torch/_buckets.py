@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -37,6 +37,8 @@ class Bucket:
     real: List[torch.Tensor] = field(default_factory=list)   # p.grad at launch (zeros if it was None)
     was_none: List[bool] = field(default_factory=list)
     guards: List[GuardedGrad] = field(default_factory=list)
+    release: Optional[Callable[[], None]] = None      # what its guards call on a use: the average in place
+    zero_later: List[Callable[[], bool]] = field(default_factory=list)   # per param: zero once stepped
     zero_after: List[bool] = field(default_factory=list)   # zero once the deferred step used it
     settings: Optional[List[Dict[str, Any]]] = None  # param groups' settings at step()
     group_params: List[List[torch.nn.Parameter]] = field(default_factory=list)

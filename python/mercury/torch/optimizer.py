@@ -164,6 +164,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 raise ValueError(f"mercury.torch: {name} must be {low}..{high or ''}, not {value}")
         if agent_timeout < 0:
             raise ValueError(f"mercury.torch: agent_timeout must be >= 0, not {agent_timeout}")
+        complex_params = [n for n, p in model.named_parameters() if p.is_complex()]
+        if complex_params:
+            raise TypeError(f"mercury.torch: complex parameters are not supported ({complex_params[0]!r}); "
+                            "keep real and imaginary parts as real parameters, or use DDP")
         make_reducer = reducer_factory(backend, dict(
             servers=list(servers) or None, secret=secret, placement=placement, partition_bytes=partition_bytes,
             server_timeout=server_timeout))
@@ -212,9 +216,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if paced:
                 warnings.warn(f"mercury.torch: {paced}", RuntimeWarning, stacklevel=2)
             self.lanes.register(self.client)
+        # Layer timings go to mercuryd, which learns the ranks from them: not
+        # measured where no lane is registered with it.
+        self._report_timings = len(self.lanes) > 1
         # As DDP: every replica starts from worker 0's parameters and buffers.
+        # The buffers are listed once, as DDP lists them (walking the model
+        # before each forward cost 1.6 ms on ResNet-152).
+        self._buffers = list(model.buffers())
         with torch.no_grad():
-            for t in list(model.parameters()) + list(model.buffers()):
+            for t in list(model.parameters()) + self._buffers:
                 dist.broadcast(t, src=0)
 
         # Hooked modules: the model itself and every module holding parameters.
@@ -241,9 +251,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # when state_dict() or load_state_dict() touches it.)
         self._handles.append(hook(model, "_forward_pre_hooks", model.register_forward_pre_hook,
                                    self._root_pre_forward))
+        # Until the layers are known: which module runs (post-hooks pop it).
+        # Then only the layers keep a hook: each costs a Python call per forward.
+        self._pre_hooks: Dict[torch.nn.Module, Any] = {}
+        self._post_hooks: List[Any] = []
         for m in self._hooked:
-            self._handles.append(hook(m, "_forward_pre_hooks", m.register_forward_pre_hook, self._pre_forward))
-            self._handles.append(hook(m, "_forward_hooks", m.register_forward_hook, self._post_forward))
+            self._pre_hooks[m] = hook(m, "_forward_pre_hooks", m.register_forward_pre_hook, self._pre_forward)
+            self._post_hooks.append(hook(m, "_forward_hooks", m.register_forward_hook, self._post_forward))
+        self._handles += list(self._pre_hooks.values()) + self._post_hooks
         self._handles.append(hook(model, "_forward_hooks", model.register_forward_hook, self._root_post_forward))
         _attached[model] = self
 
@@ -331,6 +346,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 bucket.modules.append(m)
                 bucket.layers += [layer] * len(owned[m])
                 self._bucket_of_module[m] = bucket
+        for h in self._post_hooks:
+            h.remove()
+        for m, h in self._pre_hooks.items():
+            if m not in self._bucket_of_module:
+                h.remove()
         self._set_lanes(self._lanes_for(index_ranks(len(self._layers))))
         # Each bucket's flat tensor: its gradients and one used-flag per parameter.
         self.lanes.prepare([(sum(p.numel() for p in b.params) + len(b.params), b.params[0].dtype,
@@ -345,41 +365,39 @@ class DistributedOptimizer(torch.optim.Optimizer):
             b.group_params = [[p for p in g["params"] if id(p) in ids] for g in self.optimizer.param_groups]
             b.used = [False] * len(b.params)
             b.zero_after = [False] * len(b.params)
+            # What each launch's guards call, made once: not two partials per parameter and launch.
+            b.release = functools.partial(self._release, b)
+            b.zero_later = [functools.partial(self._zero_later, b, i) for i in range(len(b.params))]
             with torch.enable_grad():
                 for i, p in enumerate(b.params):
                     self._hook_gradient(p, b, i)
 
     def _hook_gradient(self, p: torch.nn.Parameter, b: Bucket, i: int) -> None:
-        def before_accumulate(_grad: torch.Tensor) -> None:
-            if b.state is not State.IDLE:
-                self._before_accumulate(b, i)
-
-        def accumulated(*_: object) -> None:
-            self._gradient_ready(b, i)
-
         # A leaf's tensor hooks run before autograd adds into p.grad; the
-        # AccumulateGrad node's hooks once p.grad holds the sum.
-        self._handles.append(p.register_hook(before_accumulate))
+        # AccumulateGrad node's hooks once p.grad holds the sum. Each runs
+        # for every parameter in every backward: bound straight to the
+        # method, no closure frame between.
+        self._handles.append(p.register_hook(functools.partial(self._before_accumulate, b, i)))
         acc = p.expand_as(p).grad_fn.next_functions[0][0]
-        self._handles.append(acc.register_hook(accumulated))
+        self._handles.append(acc.register_hook(functools.partial(self._gradient_ready, b, i)))
         self._handles.append(acc)  # keep the node alive
 
     # -- forward hooks ------------------------------------------------------
 
     def _root_pre_forward(self, _module: torch.nn.Module, _inputs: object) -> None:
         self._running.clear()   # a forward that raised leaves its modules here
-        self._timings.model_forward_began()
+        self._timings.model_forward_began(self._finalized and self._report_timings and torch.is_grad_enabled()
+                                          and self.model.training)
         self._stop_learning()   # likewise
         if not self._finalized:
             self._learning = FirstUse(self._running, self._first_user)
             self._learning.__enter__()
-        if self.broadcast_buffers and self._sync_buffers_next:
-            buffers = list(self.model.buffers())
-            if buffers:
-                dist._broadcast_coalesced(dist.distributed_c10d._get_default_group(), buffers,
-                                          _BUFFER_BROADCAST_BYTES, 0)
+        if self.broadcast_buffers and self._sync_buffers_next and self._buffers:
+            dist._broadcast_coalesced(dist.distributed_c10d._get_default_group(), self._buffers,
+                                      _BUFFER_BROADCAST_BYTES, 0)
 
     def _root_post_forward(self, _module: torch.nn.Module, _inputs: object, _output: object) -> None:
+        self._timings.model_forward_ended()
         self._stop_learning()
         # DDP broadcasts buffers before a forward that follows a synchronised training forward.
         self._sync_buffers_next = torch.is_grad_enabled() and self._sync
@@ -392,25 +410,26 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._learning = None
 
     def _pre_forward(self, module: torch.nn.Module, _inputs: object) -> None:
-        self._running.append(module)
         if not self._finalized:
+            self._running.append(module)
             if id(module) not in self._ordered:
                 self._ordered.add(id(module))
                 self._order.append(module)
-        else:
-            b = self._bucket_of_module.get(module)
-            if b is not None and b.state is State.STEP_DEFERRED:
-                self._finish(b)
+            return
         self._timings.forward_began(module)
+        b = self._bucket_of_module.get(module)
+        if b is not None and b.state is State.STEP_DEFERRED:
+            self._finish(b)
 
     def _post_forward(self, module: torch.nn.Module, _inputs: object, _output: object) -> None:
-        self._timings.forward_ended(module)
         if self._running and self._running[-1] is module:
             self._running.pop()
 
     # -- backward hooks -----------------------------------------------------
 
-    def _before_accumulate(self, b: Bucket, i: int) -> None:
+    def _before_accumulate(self, b: Bucket, i: int, _grad: torch.Tensor) -> None:
+        if b.state is State.IDLE:
+            return
         if b.state is State.STEP_DEFERRED:
             name = next((n for n, q in self.model.named_parameters() if q is b.params[i]), "?")
             raise RuntimeError(
@@ -421,7 +440,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # p.grad before this one's gradient is added to it.
         self._settle(b)
 
-    def _gradient_ready(self, b: Bucket, i: int) -> None:
+    def _gradient_ready(self, b: Bucket, i: int, *_: object) -> None:
         b.used[i] = True
         if not self._sync:
             return
@@ -431,7 +450,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             for bucket in self._buckets:
                 bucket.waiting = len(bucket.params)
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
-        self._timings.gradient_ready(b.layers[i])
+        if self._report_timings:
+            self._timings.gradient_ready(b.layers[i])
         b.waiting -= 1
         self._launch_ready()
 
@@ -454,22 +474,24 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._release(b)   # a reduction this backward did not touch: in place first
         if b.flat is None:
             self._allocate(b)
-        b.was_none = [p.grad is None for p in b.params]
-        b.real = [p.grad if p.grad is not None else torch.zeros_like(p) for p in b.params]
         scale = 1.0 / self.world
-        for t, slot in zip(b.real, b.slots):
+        b.was_none, b.real, b.guards = [], [], []
+        for i, (p, slot) in enumerate(zip(b.params, b.slots)):
+            t = p.grad
+            b.was_none.append(t is None)
+            if t is None:
+                t = torch.zeros_like(p)
+            b.real.append(t)
             torch.mul(t, scale, out=slot)   # as DDP: scale, then sum
+            # Every parameter's p.grad is guarded, None ones too: under DDP
+            # they hold the average once it is in place.
+            p.grad = g = guard(t, b.release, b.zero_later[i])
+            b.guards.append(g)
         if all(b.used):
             b.flags.fill_(1)
         else:
             b.flags.copy_(torch.tensor(b.used, dtype=b.flags.dtype))
         b.work = self.lanes.reduce(b.index, b.flat, b.lane)
-        # Every parameter's p.grad is guarded, None ones too: under DDP they
-        # hold the average once it is in place.
-        b.guards = [guard(t, lambda b=b: self._release(b), lambda b=b, i=i: self._zero_later(b, i))
-                    for i, t in enumerate(b.real)]
-        for p, g in zip(b.params, b.guards):
-            p.grad = g
         b.used = [False] * len(b.params)
         b.state = State.REDUCING
         if self._trace_file:
@@ -666,7 +688,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if now:
             self._step_params([[p for b in now for p in b.group_params[g]] for g in range(len(settings))], None)
         self.iteration += 1
-        self._timings.report(self.client, self.iteration, self._layers)
+        if self._report_timings:
+            self._timings.report(self.client, self.iteration, self._layers)
         if self._prioritized and self.iteration % self.resync_every == 0:
             self._resync_lanes()
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-# The experiment's replayer (experiment/replay.cpp) on the emulated
+# The experiment's replayer (experiment/replay/) on the emulated
 # cluster (experiment/cluster.sh), in the VM with the module and natively with
 # the BPF datapath. SCRIPTS and PROFILES say where the scripts and profiles
 # are. Sourced by both suites; needs lib.sh.

@@ -34,7 +34,6 @@ struct Mode {
     bool partitioned = false;   // ByteScheduler: application-level partitions and credit
 };
 
-
 Mode parse_mode(const std::string& m);
 
 struct Options {

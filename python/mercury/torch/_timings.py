@@ -25,7 +25,7 @@ __all__ = ["LayerTimings"]
 class LayerTimings:
     def __init__(self) -> None:
         self.forward_start = 0.0                  # the model's forward began (the trace's zero)
-        self.timing = False                       # this forward is timed (a training one, if enabled)
+        self._timing = False                       # this forward is timed (a training one, if enabled)
         self._start: Dict[torch.nn.Module, float] = {}      # this forward: each layer's first start
         self._forward_us: Dict[torch.nn.Module, float] = {}
         self._forward_end = 0.0                   # the last timed forward's end
@@ -34,16 +34,16 @@ class LayerTimings:
     def model_forward_began(self, timed: bool) -> None:
         """A forward of the model begins; its layers are timed if ``timed``."""
         self.forward_start = time.perf_counter()
-        self.timing = timed
+        self._timing = timed
         self._start.clear()
 
     def forward_began(self, module: torch.nn.Module) -> None:
-        if self.timing and module not in self._start:
+        if self._timing and module not in self._start:
             self._start[module] = time.perf_counter()
 
     def model_forward_ended(self) -> None:
         """Adds this forward's layer times (each to the next one's start)."""
-        if not self.timing:
+        if not self._timing:
             return
         now = time.perf_counter()
         ordered = sorted(self._start.items(), key=lambda kv: kv[1])
@@ -51,7 +51,7 @@ class LayerTimings:
             self._forward_us[module] = self._forward_us.get(module, 0.0) + (nxt - start) * 1e6
         self._forward_end = now
         self._start.clear()
-        self.timing = False
+        self._timing = False
 
     def gradient_ready(self, layer: int) -> None:
         self._gradient_at[layer] = time.perf_counter()
